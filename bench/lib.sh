@@ -1,0 +1,26 @@
+# Shared helpers for the benchmark scripts: free ports, starting and stopping servers, wrk.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${BUILD_DIR:-$ROOT/build}"
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done; true; }
+trap cleanup EXIT
+
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_http() {  # url
+  for _ in $(seq 1 600); do
+    curl -sf -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  echo "server at $1 did not come up" >&2; return 1
+}
+
+# wrk_rps <connections> <duration> <lua> <url> -> requests/s
+wrk_rps() {
+  wrk -t2 -c"$1" -d"$2" -s "$3" "$4" | awk '/Requests\/sec/ {print $2}'
+}
+
+# wrk_p50_ms <connections> <duration> <lua> <url> -> p50 latency in ms
+wrk_p50_ms() {
+  wrk -t1 -c"$1" -d"$2" --latency -s "$3" "$4" | awk '$1=="50%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}'
+}

@@ -1,0 +1,58 @@
+// ONNX Runtime called in-process: the reference for inferd's ONNX latency. Runs a model with
+// one FP32 input of the given shape, using the same session options inferd applies to the
+// example resnet50 config (intra_op 2, inter_op 1, sequential, arena and pattern on, all graph
+// optimizations, no spinning), and prints p50/p90/p99 latency in ms.
+//   ort_inprocess <model.onnx> <input name> <iterations> <d0> <d1> ...
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "onnxruntime_cxx_api.h"
+#include "onnxruntime_session_options_config_keys.h"
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s model.onnx input_name iterations dims...\n", argv[0]);
+    return 2;
+  }
+  const int iterations = std::atoi(argv[3]);
+  std::vector<int64_t> shape;
+  for (int i = 4; i < argc; ++i) shape.push_back(std::atoll(argv[i]));
+  size_t count = 1;
+  for (auto d : shape) count *= d;
+  std::vector<float> input(count);
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> dist(0.f, 1.f);
+  for (auto& v : input) v = dist(rng);
+
+  Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "bench");
+  Ort::SessionOptions options;
+  options.SetIntraOpNumThreads(2);
+  options.SetInterOpNumThreads(1);
+  options.SetExecutionMode(ORT_SEQUENTIAL);
+  options.SetGraphOptimizationLevel(ORT_ENABLE_ALL);
+  options.AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning, "0");
+  options.AddConfigEntry(kOrtSessionOptionsConfigAllowInterOpSpinning, "0");
+  Ort::Session session(env, argv[1], options);
+  Ort::AllocatorWithDefaultOptions alloc;
+  std::string out_name = session.GetOutputNameAllocated(0, alloc).get();
+  const char* in_names[] = {argv[2]};
+  const char* out_names[] = {out_name.c_str()};
+  Ort::MemoryInfo mem = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
+  std::vector<double> ms;
+  for (int i = 0; i < iterations + 3; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    Ort::Value in = Ort::Value::CreateTensor<float>(mem, input.data(), input.size(), shape.data(),
+                                                    shape.size());
+    auto out = session.Run(Ort::RunOptions{nullptr}, in_names, &in, 1, out_names, 1);
+    auto t1 = std::chrono::steady_clock::now();
+    if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  auto pct = [&](double p) { return ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };
+  std::printf("p50_ms %.3f\np90_ms %.3f\np99_ms %.3f\n", pct(0.5), pct(0.9), pct(0.99));
+  return 0;
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks, then configures and builds inferd.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#
+#   scripts/setup.sh            # release build into build/
+#   BUILD_DIR=build-asan CMAKE_BUILD_TYPE=Debug INFERD_SANITIZE=address,undefined scripts/setup.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+CACHE_DIR="${INFERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd}"
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
+  libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev
+  libgtest-dev libgmock-dev
+  python3-numpy python3-onnx python3-requests python3-pytest
+  python3-torch python3-torchvision
+  wrk
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+# npm fetches ONNX Runtime; the machine image may already ship it outside apt.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ONNX Runtime 1.29.0 (CPU) from the pinned npm package: headers (ORT_API_VERSION 29) and the
+# matching Linux x64 shared library.
+ORT_VERSION=1.29.0
+ORT_PKG=com.github.asus4.onnxruntime@0.4.9
+ORT_SHA256=e59788788818fdde1b2e522e766a21ba0f7d8391de55737abf81e32cc801785d
+ORT_DIR="$CACHE_DIR/onnxruntime-$ORT_VERSION"
+if [[ ! -f "$ORT_DIR/.complete" ]]; then
+  echo "setup: fetching ONNX Runtime $ORT_VERSION ($ORT_PKG)"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent "$ORT_PKG" >/dev/null)
+  tgz="$(ls "$tmp"/*.tgz)"
+  echo "$ORT_SHA256  $tgz" | sha256sum -c --quiet -
+  hdr='package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64/onnxruntime.framework/Headers'
+  lib='package/Plugins/Linux/x64/libonnxruntime.so'
+  tar -xzf "$tgz" -C "$tmp" "$hdr" "$lib"
+  rm -rf "$ORT_DIR"
+  mkdir -p "$ORT_DIR/include" "$ORT_DIR/lib"
+  cp "$tmp/$hdr"/*.h "$ORT_DIR/include/"
+  cp "$tmp/$lib" "$ORT_DIR/lib/libonnxruntime.so.$ORT_VERSION"
+  ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/lib/libonnxruntime.so.1"
+  ln -sf "libonnxruntime.so.1" "$ORT_DIR/lib/libonnxruntime.so"
+  touch "$ORT_DIR/.complete"
+fi
+
+mkdir -p "$BUILD_DIR"
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DINFERD_SANITIZE="${INFERD_SANITIZE:-}" \
+    -DONNXRUNTIME_ROOT="$ORT_DIR" >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -1,0 +1,159 @@
+#include "app/flags.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "common/strings.h"
+
+namespace inferd::app {
+namespace {
+
+absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "True" || v == "on" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "False" || v == "off" || v == "no") return false;
+  return absl::InvalidArgumentError(inferd::StrCat("--", flag, " takes true or false, got '", v, "'"));
+}
+
+absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v, int64_t min) {
+  int64_t n;
+  if (!absl::SimpleAtoi(v, &n) || n < min) {
+    return absl::InvalidArgumentError(
+        inferd::StrCat("--", flag, " takes an integer >= ", min, ", got '", v, "'"));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string Usage() {
+  return R"(Usage: inferd --model-repository=<path> [options]
+
+  --model-repository=<path>        model repository (repeatable)
+  --model-control-mode=none|explicit|poll   (default none)
+  --repository-poll-secs=<n>       poll interval (default 15)
+  --load-model=<name>              explicit mode: load at start (repeatable, '*' for all)
+  --strict-readiness=<bool>        ready only when every model is ready (default true)
+  --exit-on-error=<bool>           exit when a model fails to load at start (default true)
+  --disable-auto-complete-config   do not complete configs from model files
+  --allow-http=<bool>              serve HTTP (default true)
+  --http-port=<n>                  (default 8000; 0 picks a free port)
+  --http-address=<addr>            (default 0.0.0.0)
+  --http-thread-count=<n>          I/O event loops (default: number of cores)
+  --http-max-input-size=<bytes>    largest request body (default 67108864)
+  --http-max-header-size=<bytes>   largest request header block (default 65536)
+  --max-queue-size=<n>             requests queued per model before 503 (default 4096)
+  --log-verbose=<n>                verbose logging level (default 0)
+  --log-format=default|ISO8601
+  --log-info/--log-warning/--log-error=<bool>   accepted for compatibility
+  --version, --help
+)";
+}
+
+absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_cores) {
+  Flags f;
+  f.server.cpu_cores = cpu_cores;
+  f.http.threads = std::max(1, cpu_cores);
+  f.http.limits.max_body_bytes = 64 * 1024 * 1024;
+  std::vector<std::string> load_models;
+
+  using Setter = std::function<absl::Status(const std::string&)>;
+  auto set_bool = [](const char* name, bool* out) -> Setter {
+    return [name, out](const std::string& v) -> absl::Status {
+      auto b = ParseBool(name, v);
+      if (!b.ok()) return b.status();
+      *out = *b;
+      return absl::OkStatus();
+    };
+  };
+  auto set_int = [](const char* name, int64_t min, std::function<void(int64_t)> out) -> Setter {
+    return [name, min, out](const std::string& v) -> absl::Status {
+      auto n = ParseInt(name, v, min);
+      if (!n.ok()) return n.status();
+      out(*n);
+      return absl::OkStatus();
+    };
+  };
+  bool ignored_bool = false;
+  std::map<std::string, Setter> with_value = {
+      {"model-repository", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
+      {"model-store", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
+      {"model-control-mode",
+       [&](const std::string& v) -> absl::Status {
+         if (v == "none") f.server.control_mode = server::ControlMode::kNone;
+         else if (v == "explicit") f.server.control_mode = server::ControlMode::kExplicit;
+         else if (v == "poll") f.server.control_mode = server::ControlMode::kPoll;
+         else return absl::InvalidArgumentError(inferd::StrCat("--model-control-mode takes none, explicit or poll, got '", v, "'"));
+         return absl::OkStatus();
+       }},
+      {"repository-poll-secs", set_int("repository-poll-secs", 0, [&](int64_t n) { f.server.poll_secs = static_cast<int>(n); })},
+      {"load-model", [&](const std::string& v) { load_models.push_back(v); return absl::OkStatus(); }},
+      {"strict-readiness", set_bool("strict-readiness", &f.server.strict_readiness)},
+      {"exit-on-error", set_bool("exit-on-error", &f.server.exit_on_error)},
+      {"strict-model-config", [&](const std::string& v) -> absl::Status {
+         auto b = ParseBool("strict-model-config", v);
+         if (!b.ok()) return b.status();
+         f.server.auto_complete = !*b;
+         return absl::OkStatus();
+       }},
+      {"allow-http", set_bool("allow-http", &f.allow_http)},
+      {"http-port", set_int("http-port", 0, [&](int64_t n) { f.http.port = static_cast<int>(n); })},
+      {"http-address", [&](const std::string& v) { f.http.address = v; return absl::OkStatus(); }},
+      {"http-thread-count", set_int("http-thread-count", 1, [&](int64_t n) { f.http.threads = static_cast<int>(n); })},
+      {"http-max-input-size", set_int("http-max-input-size", 1, [&](int64_t n) { f.http.limits.max_body_bytes = n; })},
+      {"http-max-header-size", set_int("http-max-header-size", 256, [&](int64_t n) { f.http.limits.max_header_bytes = n; })},
+      {"max-queue-size", set_int("max-queue-size", 1, [&](int64_t n) { f.server.max_queue_size = n; })},
+      {"log-verbose", set_int("log-verbose", 0, [&](int64_t n) { f.log_verbose = static_cast<int>(n); })},
+      {"log-format",
+       [&](const std::string& v) -> absl::Status {
+         if (v == "default") f.log_iso8601 = false;
+         else if (v == "ISO8601") f.log_iso8601 = true;
+         else return absl::InvalidArgumentError(inferd::StrCat("--log-format takes default or ISO8601, got '", v, "'"));
+         return absl::OkStatus();
+       }},
+      {"log-info", set_bool("log-info", &ignored_bool)},
+      {"log-warning", set_bool("log-warning", &ignored_bool)},
+      {"log-error", set_bool("log-error", &ignored_bool)},
+  };
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(inferd::StrCat("unexpected argument '", arg, "'; see --help"));
+    }
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "help") { f.help = true; continue; }
+    if (name == "version") { f.version = true; continue; }
+    if (name == "disable-auto-complete-config") {
+      f.server.auto_complete = false;
+      continue;
+    }
+    auto it = with_value.find(name);
+    if (it == with_value.end()) {
+      return absl::InvalidArgumentError(inferd::StrCat("unknown flag '--", name, "'; see --help"));
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(inferd::StrCat("flag '--", name, "' needs a value"));
+      }
+      value = args[++i];
+    }
+    absl::Status st = it->second(*value);
+    if (!st.ok()) return st;
+  }
+  f.server.load_models = load_models;
+  if (!load_models.empty() && f.server.control_mode != server::ControlMode::kExplicit) {
+    return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit");
+  }
+  if (f.server.repositories.empty() && !f.help && !f.version) {
+    return absl::InvalidArgumentError("--model-repository is required; see --help");
+  }
+  return f;
+}
+
+}  // namespace inferd::app

@@ -1,0 +1,27 @@
+// Command-line flags with tritonserver's names and defaults where the meaning is the same.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontends/http/http_server.h"
+#include "server/server.h"
+
+namespace inferd::app {
+
+struct Flags {
+  server::ServerOptions server;
+  http::HttpServerOptions http;
+  bool allow_http = true;
+  int log_verbose = 0;
+  bool log_iso8601 = false;
+  bool help = false;
+  bool version = false;
+};
+
+// Accepts "--name=value" and "--name value". Errors name the flag.
+absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_cores);
+std::string Usage();
+
+}  // namespace inferd::app

@@ -1,0 +1,92 @@
+// The interface every backend implements, and the registry `app` fills at start-up. Schedulers
+// and the repository see only this header; each backend lives in its own library so ML runtime
+// headers never leak into the rest of the build.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "config/model_config_util.h"
+#include "core/infer_request.h"
+
+namespace inferd::backends {
+
+// What a backend gets to create the instances of one model version. The config is normalized
+// and complete; the pointers stay valid for the lifetime of the instances.
+struct ModelSpec {
+  const config::ModelConfig* config = nullptr;
+  std::string model_dir;    // <repository>/<model>
+  std::string version_dir;  // <repository>/<model>/<version>
+  int64_t version = 0;
+  std::string model_path;   // <version_dir>/<default_model_filename>
+  int total_instances = 1;  // instances over every group, for the thread budget
+  int cpu_cores = 1;
+};
+
+// Timestamps a backend reports from inside Execute (monotonic ns).
+struct ExecutionTimes {
+  uint64_t input_end_ns = 0;     // inputs handed to the runtime
+  uint64_t output_start_ns = 0;  // runtime finished; outputs being collected
+};
+
+// One execution context of a model (a session, a module copy). Execute is called by one
+// thread at a time; different instances run concurrently.
+class ModelInstance {
+ public:
+  virtual ~ModelInstance() = default;
+
+  // Runs `requests` as one batch. Every request has already been validated against the
+  // config. Fills `responses[i]->outputs` (only the requested outputs, all when none were
+  // named) or sets `responses[i]->status`. Never throws.
+  virtual void Execute(std::span<core::InferRequest* const> requests,
+                       std::span<core::InferResponse* const> responses,
+                       ExecutionTimes* times) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Triton's auto-complete: fills inputs, outputs and max_batch_size the config leaves out,
+  // from the model file at `model_path`.
+  virtual absl::Status AutoCompleteConfig(const std::string& model_path,
+                                          config::ModelConfig* config) {
+    return absl::OkStatus();
+  }
+
+  // Creates instance `index` (0-based over all groups) of group `group`.
+  virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;
+};
+
+// Backends by name ("onnxruntime", "identity"). Filled once at start-up, then read-only.
+class BackendRegistry {
+ public:
+  void Register(std::unique_ptr<Backend> backend);
+  Backend* Find(std::string_view name) const;
+
+ private:
+  absl::flat_hash_map<std::string, std::unique_ptr<Backend>> backends_;
+};
+
+// True when `name` should be returned for `request` (no outputs named means all).
+bool IsOutputRequested(const core::InferRequest& request, std::string_view name);
+
+// The shape the backend runs with for a request input: `reshape` applied (keeping the batch
+// dimension when the model batches).
+Shape BackendInputShape(const inference::ModelInput& input, const Shape& request_shape,
+                        bool batching);
+
+// Walks a BYTES buffer (4-byte little-endian length + bytes per element), calling
+// fn(string_view) for each element. Fails when the buffer is not well formed.
+absl::Status ForEachBytesElement(std::string_view buffer,
+                                 const std::function<void(std::string_view)>& fn);
+
+}  // namespace inferd::backends

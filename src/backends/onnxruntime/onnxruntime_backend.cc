@@ -1,0 +1,430 @@
+#include "backends/onnxruntime/onnxruntime_backend.h"
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/strings.h"
+#include "backends/onnxruntime/session_settings.h"
+#include "common/logging.h"
+#include "onnxruntime_cxx_api.h"
+#include "onnxruntime_run_options_config_keys.h"
+#include "onnxruntime_session_options_config_keys.h"
+
+namespace inferd::backends {
+namespace {
+
+using ort::SessionSettings;
+
+Ort::Env& GlobalEnv() {
+  static Ort::Env* env = new Ort::Env(ORT_LOGGING_LEVEL_WARNING, "inferd");
+  return *env;
+}
+
+DataType FromOrt(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return DataType::kBool;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return DataType::kUint8;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return DataType::kUint16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return DataType::kUint32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return DataType::kUint64;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return DataType::kInt8;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return DataType::kInt16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return DataType::kInt32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return DataType::kInt64;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return DataType::kFp16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return DataType::kFp32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return DataType::kFp64;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING: return DataType::kBytes;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return DataType::kBf16;
+    default: return DataType::kInvalid;
+  }
+}
+
+ONNXTensorElementDataType ToOrt(DataType t) {
+  switch (t) {
+    case DataType::kBool: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL;
+    case DataType::kUint8: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+    case DataType::kUint16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
+    case DataType::kUint32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
+    case DataType::kUint64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64;
+    case DataType::kInt8: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+    case DataType::kInt16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16;
+    case DataType::kInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+    case DataType::kInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    case DataType::kFp16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+    case DataType::kFp32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    case DataType::kFp64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+    case DataType::kBytes: return ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING;
+    case DataType::kBf16: return ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+    default: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  }
+}
+
+// Keeps an output value, and the session whose allocator owns its memory, alive until the
+// response is sent. Members are destroyed in reverse order: the value before the session.
+struct OutputHolder {
+  std::shared_ptr<Ort::Session> session;
+  Ort::Value value{nullptr};
+  std::string bytes;  // BYTES outputs, serialized as 4-byte length + bytes
+};
+
+absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* options) {
+  options->SetIntraOpNumThreads(s.intra_op_threads);
+  options->SetInterOpNumThreads(s.inter_op_threads);
+  options->SetExecutionMode(s.parallel_execution ? ORT_PARALLEL : ORT_SEQUENTIAL);
+  if (!s.mem_arena) options->DisableCpuMemArena();
+  if (!s.mem_pattern) options->DisableMemPattern();
+  options->AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning,
+                          s.allow_spinning ? "1" : "0");
+  options->AddConfigEntry(kOrtSessionOptionsConfigAllowInterOpSpinning,
+                          s.allow_spinning ? "1" : "0");
+  options->SetGraphOptimizationLevel(s.graph_level == ort::GraphLevel::kBasic ? ORT_ENABLE_BASIC
+                                     : s.graph_level == ort::GraphLevel::kExtended
+                                         ? ORT_ENABLE_EXTENDED
+                                         : ORT_ENABLE_ALL);
+  if (s.mem_arena && s.arena_extend_strategy == 1) {
+    // A CPU arena that grows by exactly what is asked is set on the environment; sessions
+    // opt into it. Registered once per process.
+    static std::once_flag once;
+    std::call_once(once, [] {
+      Ort::MemoryInfo info = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+      Ort::ArenaCfg cfg(0, /*arena_extend_strategy=*/1, -1, -1);
+      GlobalEnv().CreateAndRegisterAllocator(info, cfg);
+    });
+    options->AddConfigEntry(kOrtSessionOptionsConfigUseEnvAllocators, "1");
+  }
+  return absl::OkStatus();
+}
+
+class OrtInstance : public ModelInstance {
+ public:
+  OrtInstance(const config::ModelConfig* config, std::shared_ptr<Ort::Session> session,
+              SessionSettings settings)
+      : config_(config), session_(std::move(session)), settings_(std::move(settings)) {
+    if (settings_.arena_shrinkage) {
+      run_options_.AddConfigEntry(kOrtRunOptionsConfigEnableMemoryArenaShrinkage, "cpu:0");
+    }
+    for (const auto& out : config_->output()) output_names_.push_back(out.name());
+  }
+
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
+    absl::Status status;
+    try {
+      status = Run(requests, responses, times);
+    } catch (const Ort::Exception& e) {
+      status = absl::InternalError(inferd::StrCat("onnxruntime: ", e.what()));
+    } catch (const std::exception& e) {
+      status = absl::InternalError(inferd::StrCat("onnxruntime backend: ", e.what()));
+    }
+    if (!status.ok()) {
+      for (auto* r : responses) {
+        r->outputs.clear();
+        r->status = status;
+      }
+    }
+  }
+
+ private:
+  absl::Status Run(std::span<core::InferRequest* const> requests,
+                   std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
+    const bool batching = config_->max_batch_size() > 0;
+    const size_t n = requests.size();
+    std::vector<Ort::Value> inputs;
+    std::vector<const char*> input_names;
+    std::vector<std::string> batch_buffers;  // only when several requests form one batch
+    batch_buffers.reserve(config_->input_size());
+    int64_t total_batch = 0;
+    for (auto* r : requests) total_batch += r->batch_size;
+
+    for (const auto& in_cfg : config_->input()) {
+      const core::InputTensor* first = requests[0]->FindInput(in_cfg.name());
+      if (first == nullptr) continue;  // optional input left out
+      Shape shape = BackendInputShape(in_cfg, first->shape, batching);
+      if (n > 1 && !shape.empty()) shape[0] = total_batch;
+      input_names.push_back(in_cfg.name().c_str());
+      if (first->datatype == DataType::kBytes) {
+        std::vector<std::string_view> elems;
+        for (auto* r : requests) {
+          const core::InputTensor* t = r->FindInput(in_cfg.name());
+          auto st = ForEachBytesElement(t->data, [&](std::string_view e) { elems.push_back(e); });
+          if (!st.ok()) return st;
+        }
+        Ort::Value v = Ort::Value::CreateTensor(allocator_, shape.data(), shape.size(),
+                                                ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING);
+        for (size_t i = 0; i < elems.size(); ++i) {
+          char* dst = v.GetResizedStringTensorElementBuffer(i, elems[i].size());
+          if (!elems[i].empty()) std::memcpy(dst, elems[i].data(), elems[i].size());
+        }
+        inputs.push_back(std::move(v));
+        continue;
+      }
+      char* data;
+      size_t bytes;
+      if (n == 1) {
+        // The tensor is a view over the request's bytes: no copy.
+        data = const_cast<char*>(first->data.data());
+        bytes = first->data.size();
+      } else {
+        std::string& buf = batch_buffers.emplace_back();
+        for (auto* r : requests) buf.append(r->FindInput(in_cfg.name())->data);
+        data = buf.data();
+        bytes = buf.size();
+      }
+      inputs.push_back(Ort::Value::CreateTensor(memory_info_, data, bytes, shape.data(),
+                                                shape.size(), ToOrt(first->datatype)));
+    }
+
+    // Ask only for outputs some request wants.
+    std::vector<const char*> names;
+    for (const auto& name : output_names_) {
+      for (auto* r : requests) {
+        if (IsOutputRequested(*r, name)) {
+          names.push_back(name.c_str());
+          break;
+        }
+      }
+    }
+    times->input_end_ns = core::NowNs();
+    std::vector<Ort::Value> outputs = session_->Run(run_options_, input_names.data(),
+                                                    inputs.data(), inputs.size(), names.data(),
+                                                    names.size());
+    times->output_start_ns = core::NowNs();
+
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      auto holder = std::make_shared<OutputHolder>();
+      holder->session = session_;
+      holder->value = std::move(outputs[o]);
+      Ort::TensorTypeAndShapeInfo info = holder->value.GetTensorTypeAndShapeInfo();
+      Shape shape = info.GetShape();
+      const DataType dtype = FromOrt(info.GetElementType());
+      if (dtype == DataType::kInvalid) {
+        return absl::InternalError(inferd::StrCat("output '", names[o], "' has a data type inferd does not support"));
+      }
+      std::string_view all;
+      if (dtype == DataType::kBytes) {
+        const size_t count = info.GetElementCount();
+        for (size_t i = 0; i < count; ++i) {
+          std::string s = holder->value.GetStringTensorElement(i);
+          uint32_t len = static_cast<uint32_t>(s.size());
+          holder->bytes.append(reinterpret_cast<const char*>(&len), 4);
+          holder->bytes.append(s);
+        }
+        all = holder->bytes;
+      } else {
+        all = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
+                               info.GetElementCount() * DataTypeSize(dtype));
+      }
+      // Output reshape: the client sees the config's dims.
+      const inference::ModelOutput* out_cfg = nullptr;
+      for (const auto& c : config_->output()) {
+        if (c.name() == names[o]) out_cfg = &c;
+      }
+      if (n == 1) {
+        core::OutputTensor out;
+        out.name = names[o];
+        out.datatype = dtype;
+        out.shape = ClientShape(out_cfg, shape, batching, requests[0]->batch_size);
+        out.data = all;
+        out.holder = holder;
+        if (IsOutputRequested(*requests[0], out.name)) responses[0]->outputs.push_back(std::move(out));
+        continue;
+      }
+      // Scatter a batched output back to its requests as views of the one buffer.
+      if (shape.empty() || shape[0] != total_batch || dtype == DataType::kBytes) {
+        return absl::InternalError(inferd::StrCat("output '", names[o], "' cannot be split by batch"));
+      }
+      const size_t per_item = total_batch > 0 ? all.size() / total_batch : 0;
+      size_t offset = 0;
+      for (size_t r = 0; r < n; ++r) {
+        const size_t len = per_item * requests[r]->batch_size;
+        if (IsOutputRequested(*requests[r], names[o])) {
+          core::OutputTensor out;
+          out.name = names[o];
+          out.datatype = dtype;
+          Shape item_shape = shape;
+          item_shape[0] = requests[r]->batch_size;
+          out.shape = ClientShape(out_cfg, item_shape, batching, requests[r]->batch_size);
+          out.data = all.substr(offset, len);
+          out.holder = holder;
+          responses[r]->outputs.push_back(std::move(out));
+        }
+        offset += len;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  static Shape ClientShape(const inference::ModelOutput* cfg, const Shape& runtime_shape,
+                           bool batching, int64_t batch) {
+    if (cfg == nullptr || !cfg->has_reshape()) return runtime_shape;
+    Shape shape;
+    if (batching) shape.push_back(batch);
+    for (int64_t d : cfg->dims()) {
+      if (d < 0) return runtime_shape;  // cannot resolve a variable dim: keep the runtime's
+      shape.push_back(d);
+    }
+    return shape;
+  }
+
+  const config::ModelConfig* config_;
+  std::shared_ptr<Ort::Session> session_;
+  SessionSettings settings_;
+  Ort::RunOptions run_options_;
+  Ort::MemoryInfo memory_info_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
+  Ort::AllocatorWithDefaultOptions allocator_;
+  std::vector<std::string> output_names_;
+};
+
+// Triton's rules for a tensor from the model file into the config.
+void CompleteTensorDims(const std::vector<int64_t>& model_shape, bool batching,
+                        google::protobuf::RepeatedField<int64_t>* dims,
+                        inference::ModelTensorReshape* reshape, bool* has_reshape) {
+  size_t start = batching ? 1 : 0;
+  for (size_t i = start; i < model_shape.size(); ++i) {
+    dims->Add(model_shape[i] < 0 ? -1 : model_shape[i]);
+  }
+  if (dims->empty()) {
+    // A scalar is presented as [1] and reshaped to [] for the model.
+    dims->Add(1);
+    reshape->Clear();
+    *has_reshape = true;
+  }
+}
+
+class OnnxRuntimeBackend : public Backend {
+ public:
+  std::string_view name() const override { return "onnxruntime"; }
+
+  absl::Status AutoCompleteConfig(const std::string& model_path,
+                                  config::ModelConfig* config) override {
+    if (config->input_size() > 0 && config->output_size() > 0) return absl::OkStatus();
+    try {
+      Ort::SessionOptions options;
+      options.SetIntraOpNumThreads(1);
+      options.SetGraphOptimizationLevel(ORT_DISABLE_ALL);
+      Ort::Session session(GlobalEnv(), model_path.c_str(), options);
+      Ort::AllocatorWithDefaultOptions alloc;
+      struct Io {
+        std::string name;
+        DataType type;
+        std::vector<int64_t> shape;
+      };
+      auto collect = [&](bool input) {
+        std::vector<Io> ios;
+        const size_t count = input ? session.GetInputCount() : session.GetOutputCount();
+        for (size_t i = 0; i < count; ++i) {
+          Io io;
+          io.name = input ? session.GetInputNameAllocated(i, alloc).get()
+                          : session.GetOutputNameAllocated(i, alloc).get();
+          Ort::TypeInfo ti = input ? session.GetInputTypeInfo(i) : session.GetOutputTypeInfo(i);
+          auto tinfo = ti.GetTensorTypeAndShapeInfo();
+          io.type = FromOrt(tinfo.GetElementType());
+          io.shape = tinfo.GetShape();
+          ios.push_back(std::move(io));
+        }
+        return ios;
+      };
+      std::vector<Io> ins = collect(true), outs = collect(false);
+      // Batching is assumed when every input and output has a variable first dimension.
+      bool can_batch = !ins.empty() || !outs.empty();
+      for (const auto* list : {&ins, &outs}) {
+        for (const auto& io : *list) {
+          if (io.shape.empty() || io.shape[0] != -1) can_batch = false;
+        }
+      }
+      if (config->max_batch_size() == 0 && can_batch) config->set_max_batch_size(4);
+      const bool batching = config->max_batch_size() > 0;
+      if (config->input_size() == 0) {
+        for (const auto& io : ins) {
+          auto* in = config->add_input();
+          in->set_name(io.name);
+          in->set_data_type(config::ToProto(io.type));
+          bool has_reshape = false;
+          inference::ModelTensorReshape reshape;
+          CompleteTensorDims(io.shape, batching, in->mutable_dims(), &reshape, &has_reshape);
+          if (has_reshape) *in->mutable_reshape() = reshape;
+        }
+      }
+      if (config->output_size() == 0) {
+        for (const auto& io : outs) {
+          auto* out = config->add_output();
+          out->set_name(io.name);
+          out->set_data_type(config::ToProto(io.type));
+          bool has_reshape = false;
+          inference::ModelTensorReshape reshape;
+          CompleteTensorDims(io.shape, batching, out->mutable_dims(), &reshape, &has_reshape);
+          if (has_reshape) *out->mutable_reshape() = reshape;
+        }
+      }
+    } catch (const Ort::Exception& e) {
+      return absl::InvalidArgumentError(
+          inferd::StrCat("cannot read '", model_path, "' to auto-complete its config: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
+    if (!settings.ok()) return settings.status();
+    try {
+      Ort::SessionOptions options;
+      auto st = ApplySettings(*settings, &options);
+      if (!st.ok()) return st;
+      auto session = std::make_shared<Ort::Session>(GlobalEnv(), spec.model_path.c_str(), options);
+      LOG_INFO << "onnxruntime: model '" << spec.config->name() << "' version " << spec.version
+               << " instance " << index << ": " << ort::DescribeSettings(*settings);
+      auto status = CheckIo(*spec.config, *session);
+      if (!status.ok()) return status;
+      return std::unique_ptr<ModelInstance>(
+          new OrtInstance(spec.config, std::move(session), *std::move(settings)));
+    } catch (const Ort::Exception& e) {
+      return absl::InvalidArgumentError(inferd::StrCat("onnxruntime: failed to load '",
+                                                     spec.model_path, "': ", e.what()));
+    }
+  }
+
+ private:
+  // Every config input and output must exist in the model file with the same type.
+  static absl::Status CheckIo(const config::ModelConfig& config, Ort::Session& session) {
+    Ort::AllocatorWithDefaultOptions alloc;
+    auto check = [&](bool input, const std::string& name, inference::DataType type) -> absl::Status {
+      const size_t count = input ? session.GetInputCount() : session.GetOutputCount();
+      for (size_t i = 0; i < count; ++i) {
+        std::string n = input ? session.GetInputNameAllocated(i, alloc).get()
+                              : session.GetOutputNameAllocated(i, alloc).get();
+        if (n != name) continue;
+        Ort::TypeInfo ti = input ? session.GetInputTypeInfo(i) : session.GetOutputTypeInfo(i);
+        DataType model_type = FromOrt(ti.GetTensorTypeAndShapeInfo().GetElementType());
+        if (model_type != config::FromProto(type)) {
+          return absl::InvalidArgumentError(inferd::StrCat(
+              "model '", config.name(), "': ", input ? "input" : "output", " '", name,
+              "' is ", DataTypeName(model_type), " in the model file but ",
+              config::ProtoTypeName(type), " in config.pbtxt"));
+        }
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': ",
+                                                     input ? "input" : "output", " '", name,
+                                                     "' in config.pbtxt is not in the model file"));
+    };
+    for (const auto& in : config.input()) {
+      auto st = check(true, in.name(), in.data_type());
+      if (!st.ok()) return st;
+    }
+    for (const auto& out : config.output()) {
+      auto st = check(false, out.name(), out.data_type());
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeOnnxRuntimeBackend() { return std::make_unique<OnnxRuntimeBackend>(); }
+
+}  // namespace inferd::backends

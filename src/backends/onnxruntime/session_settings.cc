@@ -1,0 +1,112 @@
+#include "backends/onnxruntime/session_settings.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "common/strings.h"
+
+namespace inferd::backends::ort {
+namespace {
+
+absl::StatusOr<int> IntParameter(const config::ModelConfig& config, const std::string& key,
+                                 int fallback) {
+  auto value = config::GetParameter(config, key);
+  if (!value) return fallback;
+  int parsed;
+  if (!absl::SimpleAtoi(*value, &parsed)) {
+    return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': parameter '",
+                                                   key, "' must be an integer, got '", *value,
+                                                   "'"));
+  }
+  return parsed;
+}
+
+absl::StatusOr<bool> BoolParameter(const config::ModelConfig& config, const std::string& key,
+                                   bool fallback) {
+  auto value = config::GetParameter(config, key);
+  if (!value) return fallback;
+  if (*value == "1" || *value == "true" || *value == "True") return true;
+  if (*value == "0" || *value == "false" || *value == "False") return false;
+  return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': parameter '", key,
+                                                 "' must be true/false or 1/0, got '", *value,
+                                                 "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& config,
+                                                   int total_instances, int cpu_cores) {
+  SessionSettings s;
+  const int budget = std::max(1, cpu_cores / std::max(1, total_instances));
+  auto intra = IntParameter(config, "intra_op_thread_count", 0);
+  if (!intra.ok()) return intra.status();
+  s.intra_op_threads = *intra > 0 ? *intra : budget;
+  auto inter = IntParameter(config, "inter_op_thread_count", 0);
+  if (!inter.ok()) return inter.status();
+  s.inter_op_threads = *inter > 0 ? *inter : 1;
+  auto mode = IntParameter(config, "execution_mode", 0);
+  if (!mode.ok()) return mode.status();
+  if (*mode != 0 && *mode != 1) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", config.name(), "': parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), got ", *mode));
+  }
+  s.parallel_execution = *mode == 1;
+  auto arena = BoolParameter(config, "enable_mem_arena", true);
+  if (!arena.ok()) return arena.status();
+  s.mem_arena = *arena;
+  auto pattern = BoolParameter(config, "enable_mem_pattern", true);
+  if (!pattern.ok()) return pattern.status();
+  s.mem_pattern = *pattern;
+  auto strategy = IntParameter(config, "arena_extend_strategy", 0);
+  if (!strategy.ok()) return strategy.status();
+  if (*strategy != 0 && *strategy != 1) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", config.name(), "': parameter 'arena_extend_strategy' must be 0 (next power of two) or 1 (same as requested), got ", *strategy));
+  }
+  s.arena_extend_strategy = *strategy;
+  auto shrink = BoolParameter(config, "memory.enable_memory_arena_shrinkage", false);
+  if (!shrink.ok()) return shrink.status();
+  s.arena_shrinkage = *shrink;
+  // Spinning threads steal the cores the HTTP and scheduler threads need whenever the
+  // instances' threads already fill the machine.
+  auto spin = BoolParameter(config, "allow_spinning",
+                            total_instances * s.intra_op_threads < cpu_cores);
+  if (!spin.ok()) return spin.status();
+  s.allow_spinning = *spin;
+
+  // Triton's mapping: -1 basic, 1 extended, anything else (default 0) all.
+  const int level = config.optimization().graph().level();
+  s.graph_level = level == -1 ? GraphLevel::kBasic
+                  : level == 1 ? GraphLevel::kExtended
+                               : GraphLevel::kAll;
+
+  for (const char* key : {"gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream"}) {
+    if (config::GetParameter(config, key)) s.not_applying.push_back(key);
+  }
+  for (const auto& acc : config.optimization().execution_accelerators().gpu_execution_accelerator()) {
+    s.not_applying.push_back(inferd::StrCat("gpu_execution_accelerator:", acc.name()));
+  }
+  for (const auto& acc : config.optimization().execution_accelerators().cpu_execution_accelerator()) {
+    return absl::UnimplementedError(inferd::StrCat(
+        "model '", config.name(), "': cpu_execution_accelerator '", acc.name(),
+        "' is not available in this build of the onnxruntime backend"));
+  }
+  return s;
+}
+
+std::string DescribeSettings(const SessionSettings& s) {
+  return inferd::StrCat(
+      "intra_op_thread_count=", s.intra_op_threads, " inter_op_thread_count=", s.inter_op_threads,
+      " execution_mode=", s.parallel_execution ? "parallel" : "sequential",
+      " enable_mem_arena=", s.mem_arena, " enable_mem_pattern=", s.mem_pattern,
+      " arena_extend_strategy=", s.arena_extend_strategy,
+      " memory.enable_memory_arena_shrinkage=", s.arena_shrinkage,
+      " allow_spinning=", s.allow_spinning, " graph_optimization=",
+      s.graph_level == GraphLevel::kBasic      ? "basic"
+      : s.graph_level == GraphLevel::kExtended ? "extended"
+                                               : "all",
+      s.not_applying.empty() ? "" : " not_applying_without_gpu=",
+      inferd::StrJoin(s.not_applying, ","));
+}
+
+}  // namespace inferd::backends::ort

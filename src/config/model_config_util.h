@@ -1,0 +1,45 @@
+// Reading, normalizing and validating Triton model configurations (config.pbtxt), and the
+// JSON form the HTTP API returns. The schema is model_config.proto, field-for-field Triton's.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/data_type.h"
+#include "model_config.pb.h"
+
+namespace inferd::config {
+
+using inference::ModelConfig;
+
+// Parses protobuf text. Errors name `file_name`, the line and column, and the field.
+absl::StatusOr<ModelConfig> ParseModelConfigText(std::string_view text,
+                                                 std::string_view file_name);
+absl::StatusOr<ModelConfig> ReadModelConfigFile(const std::string& path);
+
+// Parses the JSON form (the `config` parameter of the repository load API).
+absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view json);
+
+// The JSON the HTTP API returns: proto field names, every field printed, 64-bit integers as
+// numbers (as tritonserver prints them).
+std::string ModelConfigToJson(const ModelConfig& config);
+
+DataType FromProto(inference::DataType type);
+inference::DataType ToProto(DataType type);
+// "TYPE_FP32"
+std::string ProtoTypeName(inference::DataType type);
+
+// Platform/backend pairs as tritonserver knows them ("onnxruntime_onnx" <-> "onnxruntime").
+// Fills whichever of the two is missing; fails when they disagree.
+absl::Status NormalizePlatformAndBackend(ModelConfig* config);
+
+// Fills defaults (name, instance group, version policy) and checks the configuration is
+// consistent. Errors start with "model '<name>': " and name the offending field.
+absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_name);
+
+// Looks up `parameters { key: ... value: { string_value: ... } }`.
+std::optional<std::string> GetParameter(const ModelConfig& config, std::string_view key);
+
+}  // namespace inferd::config

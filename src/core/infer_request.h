@@ -1,0 +1,98 @@
+// The request and response types every layer shares. Frontends build an InferRequest whose
+// tensors are views into the bytes the client sent (no copy); schedulers and backends read it;
+// the backend fills an InferResponse whose outputs are views kept alive by a holder; the
+// frontend serializes it on the I/O thread that owns the connection.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/data_type.h"
+
+namespace inferd::core {
+
+// An input tensor as the client sent it. `data` points into InferRequest::payload or
+// InferRequest::owned; for BYTES it holds elements as 4-byte little-endian length + bytes.
+struct InputTensor {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  Shape shape;
+  std::string_view data;
+};
+
+struct RequestedOutput {
+  std::string name;
+  // Frontend hint: send this output in the binary section of the response.
+  bool binary = false;
+  // Classification extension: return the top-N as BYTES "<value>:<index>[:<label>]" (0 = off).
+  int64_t classification = 0;
+};
+
+// Monotonic nanosecond timestamps of one request's life, for the statistics extension.
+struct RequestTimes {
+  uint64_t received_ns = 0;
+  uint64_t queue_start_ns = 0;
+  uint64_t compute_start_ns = 0;
+  uint64_t compute_input_end_ns = 0;
+  uint64_t compute_output_start_ns = 0;
+  uint64_t compute_end_ns = 0;
+};
+
+// An output tensor. `data` stays valid while `holder` is alive; BYTES outputs use the same
+// 4-byte length-prefixed layout as inputs.
+struct OutputTensor {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  Shape shape;
+  std::string_view data;
+  std::shared_ptr<const void> holder;
+};
+
+struct InferResponse {
+  absl::Status status;
+  std::string model_name;
+  int64_t model_version = -1;
+  std::string id;
+  std::vector<OutputTensor> outputs;
+};
+
+using InferCallback = std::function<void(std::unique_ptr<InferResponse>)>;
+
+// One inference request. Owned by exactly one layer at a time (moved as unique_ptr from the
+// frontend to the server to a scheduler); the layer that owns it when it finishes calls
+// `on_complete` exactly once. Not thread-safe: only the owner touches it.
+struct InferRequest {
+  std::string model_name;
+  int64_t model_version = -1;  // -1: the newest ready version.
+  std::string id;
+  std::vector<InputTensor> inputs;
+  std::vector<RequestedOutput> outputs;  // empty: every output of the model.
+  uint32_t priority = 0;
+  uint64_t timeout_us = 0;
+
+  // Keeps the bytes that `inputs[i].data` view alive (an HTTP body, a gRPC message, ...).
+  std::shared_ptr<const void> payload;
+  // Buffers the frontend decoded tensors into (JSON data). A deque never moves its elements.
+  std::deque<std::string> owned;
+
+  RequestTimes times;
+  InferCallback on_complete;
+
+  const InputTensor* FindInput(std::string_view name) const;
+  // Batch size: the first dimension of the first input when the model batches, else 1.
+  int64_t batch_size = 1;
+};
+
+// Completes `request` with an error response carrying its model and id.
+void CompleteWithError(std::unique_ptr<InferRequest> request, absl::Status status);
+
+// Monotonic clock in nanoseconds.
+uint64_t NowNs();
+
+}  // namespace inferd::core

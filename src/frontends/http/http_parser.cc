@@ -1,0 +1,175 @@
+#include "frontends/http/http_parser.h"
+
+#include <charconv>
+
+#include "common/strings.h"
+
+namespace inferd::http {
+namespace {
+
+bool IsTokenChar(char c) {
+  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
+  switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
+    case '.': case '^': case '_': case '`': case '|': case '~':
+      return true;
+    default:
+      return false;
+  }
+}
+
+ParseResult Error(int status, std::string message) {
+  ParseResult r;
+  r.state = ParseState::kError;
+  r.error_status = status;
+  r.error = std::move(message);
+  return r;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (inferd::EqualsIgnoreCase(k, name)) return v;
+  }
+  return std::nullopt;
+}
+
+ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
+                             HttpRequest* request) {
+  // Tolerate empty lines before a request (RFC 9112 section 2.2).
+  size_t start = 0;
+  while (start + 1 < buffer.size() && buffer[start] == '\r' && buffer[start + 1] == '\n') start += 2;
+  const size_t header_end = buffer.find("\r\n\r\n", start);
+  if (header_end == std::string_view::npos) {
+    if (buffer.size() - start > limits.max_header_bytes) {
+      return Error(431, inferd::StrCat("request headers exceed ", limits.max_header_bytes, " bytes"));
+    }
+    return {};
+  }
+  if (header_end - start > limits.max_header_bytes) {
+    return Error(431, inferd::StrCat("request headers exceed ", limits.max_header_bytes, " bytes"));
+  }
+  std::string_view head = buffer.substr(start, header_end - start);
+  *request = HttpRequest();
+
+  // Request line: METHOD SP target SP HTTP/1.x
+  size_t eol = head.find("\r\n");
+  std::string_view line = head.substr(0, eol);
+  size_t sp1 = line.find(' ');
+  if (sp1 == std::string_view::npos || sp1 == 0) return Error(400, "malformed request line");
+  size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return Error(400, "malformed request line");
+  request->method = line.substr(0, sp1);
+  for (char c : request->method) {
+    if (!IsTokenChar(c)) return Error(400, "malformed request method");
+  }
+  request->target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string_view version = line.substr(sp2 + 1);
+  if (version == "HTTP/1.1") {
+    request->minor_version = 1;
+  } else if (version == "HTTP/1.0") {
+    request->minor_version = 0;
+    request->keep_alive = false;
+  } else {
+    return Error(505, "only HTTP/1.0 and HTTP/1.1 are supported");
+  }
+  if (request->target.empty() || request->target[0] != '/') {
+    return Error(400, "request target must be an absolute path");
+  }
+  for (char c : request->target) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      return Error(400, "request target contains a control character");
+    }
+  }
+  size_t q = request->target.find('?');
+  request->path = request->target.substr(0, q);
+  if (q != std::string_view::npos) request->query = request->target.substr(q + 1);
+
+  // Header fields.
+  std::optional<size_t> content_length;
+  size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
+  while (pos < head.size()) {
+    size_t end = head.find("\r\n", pos);
+    if (end == std::string_view::npos) end = head.size();
+    std::string_view field = head.substr(pos, end - pos);
+    pos = end + 2;
+    size_t colon = field.find(':');
+    if (colon == std::string_view::npos || colon == 0) return Error(400, "malformed header line");
+    std::string_view name = field.substr(0, colon);
+    for (char c : name) {
+      if (!IsTokenChar(c)) return Error(400, "malformed header name");
+    }
+    std::string_view value = Trim(field.substr(colon + 1));
+    for (char c : value) {
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
+        return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
+      }
+    }
+    request->headers.emplace_back(name, value);
+    if (inferd::EqualsIgnoreCase(name, "content-length")) {
+      size_t n = 0;
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || p != value.data() + value.size() || value.empty()) {
+        return Error(400, "invalid Content-Length");
+      }
+      if (content_length && *content_length != n) return Error(400, "conflicting Content-Length headers");
+      content_length = n;
+    } else if (inferd::EqualsIgnoreCase(name, "transfer-encoding")) {
+      if (!inferd::EqualsIgnoreCase(value, "identity")) {
+        return Error(501, "Transfer-Encoding is not supported; send the body with Content-Length");
+      }
+    } else if (inferd::EqualsIgnoreCase(name, "connection")) {
+      if (inferd::ContainsIgnoreCase(value, "close")) request->keep_alive = false;
+      if (inferd::ContainsIgnoreCase(value, "keep-alive")) request->keep_alive = true;
+    } else if (inferd::EqualsIgnoreCase(name, "expect")) {
+      if (inferd::EqualsIgnoreCase(value, "100-continue")) request->expect_continue = true;
+    }
+  }
+
+  const size_t body_len = content_length.value_or(0);
+  if (body_len > limits.max_body_bytes) {
+    return Error(413, inferd::StrCat("request body of ", body_len,
+                                   " bytes exceeds the limit of ", limits.max_body_bytes,
+                                   " bytes (--http-max-input-size)"));
+  }
+  const size_t body_start = header_end + 4;
+  ParseResult r;
+  r.headers_complete = true;
+  r.expected_total = body_start + body_len;
+  if (buffer.size() - body_start < body_len) {
+    r.state = ParseState::kNeedMore;
+    r.expect_continue = request->expect_continue;
+    return r;
+  }
+  request->body = buffer.substr(body_start, body_len);
+  r.state = ParseState::kComplete;
+  r.consumed = body_start + body_len;
+  return r;
+}
+
+std::optional<std::string> PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
+    out.push_back(static_cast<char>(v));
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace inferd::http

@@ -1,0 +1,58 @@
+// An HTTP/1.1 request parser: a pure function of the bytes received so far, so it is unit-
+// tested and fuzzed without sockets. Views point into the caller's buffer; nothing is copied.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace inferd::http {
+
+struct HttpRequest {
+  std::string_view method;
+  std::string_view target;  // path and query, as sent
+  std::string_view path;
+  std::string_view query;
+  int minor_version = 1;
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  std::string_view body;
+  bool keep_alive = true;
+  bool expect_continue = false;
+
+  // Case-insensitive header lookup.
+  std::optional<std::string_view> Header(std::string_view name) const;
+};
+
+struct ParserLimits {
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_body_bytes = 64 * 1024 * 1024;
+};
+
+enum class ParseState {
+  kComplete,          // `request` is filled; `consumed` bytes form it
+  kNeedMore,          // headers or body incomplete
+  kError,             // malformed; answer `error_status` and close
+};
+
+struct ParseResult {
+  ParseState state = ParseState::kNeedMore;
+  size_t consumed = 0;
+  // With kNeedMore once the headers are complete: the whole request's size, so the caller can
+  // reserve the buffer, and whether the client waits for "100 Continue".
+  size_t expected_total = 0;
+  bool headers_complete = false;
+  bool expect_continue = false;
+  int error_status = 0;
+  std::string error;
+};
+
+ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
+                             HttpRequest* request);
+
+// Decodes %XX escapes; nullopt when an escape is malformed.
+std::optional<std::string> PercentDecode(std::string_view s);
+
+}  // namespace inferd::http

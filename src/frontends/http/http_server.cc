@@ -1,0 +1,471 @@
+#include "frontends/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/strings.h"
+#include "common/logging.h"
+
+namespace inferd::http {
+namespace {
+
+constexpr uint64_t kListenId = 0;
+constexpr uint64_t kWakeId = 1;
+constexpr size_t kMinFree = 16 * 1024;
+
+// A growable byte buffer that, unlike std::string, does not zero what it allocates: each
+// request's bytes are read straight into it and it becomes the request's body owner.
+struct ReadBuffer {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+  size_t capacity = 0;
+
+  void Reserve(size_t n) {
+    if (n <= capacity) return;
+    std::unique_ptr<char[]> fresh(new char[n]);
+    if (size) std::memcpy(fresh.get(), data.get(), size);
+    data = std::move(fresh);
+    capacity = n;
+  }
+  std::string_view view() const { return {data.get(), size}; }
+};
+
+std::string_view StatusText(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    case 507: return "Insufficient Storage";
+    default: return "Unknown";
+  }
+}
+
+thread_local EventLoop* tls_loop = nullptr;
+
+}  // namespace
+
+class EventLoop {
+ public:
+  EventLoop(const HttpServerOptions* options, const HttpHandler* handler, int listen_fd)
+      : options_(options), handler_(handler), listen_fd_(listen_fd) {
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    ev.data.u64 = kWakeId;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  }
+
+  ~EventLoop() {
+    for (auto& [id, c] : conns_) ::close(c->fd);
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+    ::close(epfd_);
+  }
+
+  void Run() {
+    tls_loop = this;
+    epoll_event events[128];
+    while (!stop_.load(std::memory_order_acquire)) {
+      int n = epoll_wait(epfd_, events, 128, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        LOG_ERROR << "epoll_wait: " << std::strerror(errno);
+        break;
+      }
+      for (int i = 0; i < n; ++i) {
+        const uint64_t id = events[i].data.u64;
+        if (id == kListenId) {
+          Accept();
+        } else if (id == kWakeId) {
+          uint64_t v;
+          ssize_t unused = ::read(wake_fd_, &v, sizeof(v));
+          (void)unused;
+          DrainPending();
+        } else {
+          auto it = conns_.find(id);
+          if (it == conns_.end()) continue;
+          Connection* c = it->second.get();
+          if (events[i].events & (EPOLLERR | EPOLLHUP)) {
+            c->dead = true;
+          } else {
+            if (events[i].events & EPOLLOUT) Flush(c);
+            if (events[i].events & (EPOLLIN | EPOLLRDHUP)) {
+              Read(c);
+              ProcessInput(c);
+            }
+          }
+          CloseIfDead(c);
+        }
+      }
+    }
+    tls_loop = nullptr;
+  }
+
+  void Stop() {
+    stop_.store(true, std::memory_order_release);
+    Wake();
+  }
+
+  // Thread-safe: queue a response for a connection owned by this loop.
+  void Deliver(uint64_t id, std::function<HttpResponse()> make) {
+    if (tls_loop == this) {
+      Respond(id, make());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_.emplace_back(id, std::move(make));
+    }
+    Wake();
+  }
+
+ private:
+  struct Connection {
+    int fd = -1;
+    uint64_t id = 0;
+    std::shared_ptr<ReadBuffer> in = std::make_shared<ReadBuffer>();
+    std::string out;  // bytes a partial write left behind
+    bool in_flight = false;
+    bool close_after = false;
+    bool sent_continue = false;
+    bool processing = false;
+    bool dead = false;
+    bool peer_closed = false;
+  };
+
+  void Wake() {
+    uint64_t one = 1;
+    ssize_t unused = ::write(wake_fd_, &one, sizeof(one));
+    (void)unused;
+  }
+
+  void Accept() {
+    for (;;) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        return;  // EAGAIN, or out of descriptors: try again on the next event
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto c = std::make_unique<Connection>();
+      c->fd = fd;
+      c->id = next_id_++;
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u64 = c->id;
+      epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+      conns_[c->id] = std::move(c);
+    }
+  }
+
+  void Read(Connection* c) {
+    for (;;) {
+      ReadBuffer& in = *c->in;
+      // While a request is in flight, read no more than one more request's worth.
+      if (c->in_flight &&
+          in.size > options_->limits.max_body_bytes + options_->limits.max_header_bytes) {
+        return;
+      }
+      if (in.capacity - in.size < kMinFree) in.Reserve(std::max(in.capacity * 2, in.size + kMinFree));
+      const size_t want = in.capacity - in.size;
+      ssize_t n = ::recv(c->fd, in.data.get() + in.size, want, 0);
+      if (n > 0) {
+        in.size += n;
+        if (static_cast<size_t>(n) < want) return;  // drained for now
+        continue;
+      }
+      if (n == 0) {
+        c->peer_closed = true;
+        if (!c->in_flight) c->dead = true;
+        return;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) c->dead = true;
+      return;
+    }
+  }
+
+  void ProcessInput(Connection* c) {
+    if (c->processing) return;
+    c->processing = true;
+    while (!c->in_flight && !c->dead && c->in->size > 0) {
+      HttpRequest request;
+      ParseResult r = ParseHttpRequest(c->in->view(), options_->limits, &request);
+      if (r.state == ParseState::kNeedMore) {
+        if (r.headers_complete) {
+          // Read the body straight into place: one allocation of the whole request.
+          c->in->Reserve(r.expected_total);
+          if (r.expect_continue && !c->sent_continue) {
+            c->sent_continue = true;
+            WriteRaw(c, "HTTP/1.1 100 Continue\r\n\r\n");
+          }
+        }
+        break;
+      }
+      if (r.state == ParseState::kError) {
+        HttpResponse resp;
+        resp.status = r.error_status;
+        resp.content_type = "application/json";
+        resp.body = inferd::StrCat("{\"error\":\"", r.error, "\"}");
+        resp.close = true;
+        c->in_flight = true;
+        Respond(c->id, std::move(resp));
+        break;
+      }
+      // Hand the buffer to the request; keep what follows it (a pipelined request).
+      std::shared_ptr<ReadBuffer> owner = c->in;
+      c->in = std::make_shared<ReadBuffer>();
+      if (r.consumed < owner->size) {
+        const size_t rest = owner->size - r.consumed;
+        c->in->Reserve(std::max(rest, kMinFree));
+        std::memcpy(c->in->data.get(), owner->data.get() + r.consumed, rest);
+        c->in->size = rest;
+      }
+      c->in_flight = true;
+      c->sent_continue = false;
+      c->close_after = !request.keep_alive;
+      try {
+        (*handler_)(request, owner, std::make_unique<Responder>(this, c->id));
+      } catch (const std::exception& e) {
+        LOG_ERROR << "HTTP handler threw: " << e.what();
+      }
+    }
+    c->processing = false;
+  }
+
+  void DrainPending() {
+    std::vector<std::pair<uint64_t, std::function<HttpResponse()>>> batch;
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      batch.swap(pending_);
+    }
+    for (auto& [id, make] : batch) Respond(id, make());
+  }
+
+  // On the loop thread: write a response and go on with the connection's next request.
+  void Respond(uint64_t id, HttpResponse resp) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;  // the client went away
+    Connection* c = it->second.get();
+    c->in_flight = false;
+    const bool close = resp.close || c->close_after || c->peer_closed;
+    size_t body_size = resp.body.size();
+    for (auto& t : resp.tail) body_size += t.size();
+    std::string head = inferd::StrCat("HTTP/1.1 ", resp.status, " ", StatusText(resp.status),
+                                    "\r\nContent-Length: ", body_size, "\r\n");
+    if (!resp.content_type.empty()) inferd::StrAppend(&head, "Content-Type: ", resp.content_type, "\r\n");
+    for (const auto& [k, v] : resp.headers) inferd::StrAppend(&head, k, ": ", v, "\r\n");
+    if (close) head.append("Connection: close\r\n");
+    head.append("\r\n");
+    head.append(resp.body);
+    std::vector<iovec> iov;
+    iov.push_back({head.data(), head.size()});
+    for (auto& t : resp.tail) {
+      if (!t.empty()) iov.push_back({const_cast<char*>(t.data()), t.size()});
+    }
+    WriteV(c, iov);
+    if (close) {
+      c->close_after = true;
+      if (c->out.empty()) c->dead = true;
+    }
+    if (!c->dead) {
+      ProcessInput(c);
+      if (!c->in_flight) {
+        Read(c);
+        ProcessInput(c);
+      }
+    }
+    if (!c->processing) CloseIfDead(c);
+  }
+
+  void WriteRaw(Connection* c, std::string_view data) {
+    std::vector<iovec> iov{{const_cast<char*>(data.data()), data.size()}};
+    WriteV(c, iov);
+  }
+
+  void WriteV(Connection* c, std::vector<iovec>& iov) {
+    size_t idx = 0;
+    if (c->out.empty()) {
+      while (idx < iov.size()) {
+        ssize_t n = ::writev(c->fd, iov.data() + idx, std::min<size_t>(iov.size() - idx, IOV_MAX));
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+          c->dead = true;
+          return;
+        }
+        size_t left = n;
+        while (idx < iov.size() && left >= iov[idx].iov_len) {
+          left -= iov[idx].iov_len;
+          ++idx;
+        }
+        if (idx < iov.size()) {
+          iov[idx].iov_base = static_cast<char*>(iov[idx].iov_base) + left;
+          iov[idx].iov_len -= left;
+        }
+      }
+    }
+    // Whatever the socket did not take waits in `out` for EPOLLOUT.
+    for (; idx < iov.size(); ++idx) {
+      c->out.append(static_cast<const char*>(iov[idx].iov_base), iov[idx].iov_len);
+    }
+  }
+
+  void Flush(Connection* c) {
+    while (!c->out.empty()) {
+      ssize_t n = ::send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c->dead = true;
+        return;
+      }
+      c->out.erase(0, n);
+    }
+    if (c->close_after && !c->in_flight) c->dead = true;
+  }
+
+  void CloseIfDead(Connection* c) {
+    if (!c->dead) return;
+    ::close(c->fd);
+    conns_.erase(c->id);
+  }
+
+  const HttpServerOptions* options_;
+  const HttpHandler* handler_;
+  int listen_fd_;
+  int epfd_ = -1;
+  int wake_fd_ = -1;
+  uint64_t next_id_ = 2;
+  std::atomic<bool> stop_{false};
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
+  std::mutex pending_mu_;
+  std::vector<std::pair<uint64_t, std::function<HttpResponse()>>> pending_;
+};
+
+Responder::~Responder() {
+  if (!used_) {
+    HttpResponse resp;
+    resp.status = 500;
+    resp.content_type = "application/json";
+    resp.body = "{\"error\":\"internal error: request was dropped without an answer\"}";
+    Send(std::move(resp));
+  }
+}
+
+void Responder::Send(HttpResponse response) {
+  used_ = true;
+  auto shared = std::make_shared<HttpResponse>(std::move(response));
+  loop_->Deliver(connection_id_, [shared]() { return std::move(*shared); });
+}
+
+void Responder::Post(std::function<HttpResponse()> make) {
+  used_ = true;
+  loop_->Deliver(connection_id_, std::move(make));
+}
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)), handler_(std::move(handler)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start() {
+  int port = options_.port;
+  for (int i = 0; i < std::max(1, options_.threads); ++i) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool v6 = fd >= 0;
+    if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    sockaddr_storage addr{};
+    socklen_t len;
+    // An IPv4 address binds an IPv4 socket; "0.0.0.0" and "::" listen on both families.
+    in_addr a4{};
+    if (inet_pton(AF_INET, options_.address.c_str(), &a4) == 1 && options_.address != "0.0.0.0") {
+      if (v6) {
+        ::close(fd);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+      }
+      auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(port);
+      sin->sin_addr = a4;
+      len = sizeof(sockaddr_in);
+    } else if (v6) {
+      int zero = 0;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&addr);
+      sin6->sin6_family = AF_INET6;
+      sin6->sin6_port = htons(port);
+      if (options_.address == "0.0.0.0" || options_.address == "::") {
+        sin6->sin6_addr = in6addr_any;
+      } else if (inet_pton(AF_INET6, options_.address.c_str(), &sin6->sin6_addr) != 1) {
+        ::close(fd);
+        return absl::InvalidArgumentError(
+            inferd::StrCat("invalid --http-address '", options_.address, "'"));
+      }
+      len = sizeof(sockaddr_in6);
+    } else {
+      auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(port);
+      sin->sin_addr.s_addr = htonl(INADDR_ANY);
+      len = sizeof(sockaddr_in);
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 1024) != 0) {
+      int err = errno;
+      ::close(fd);
+      return absl::UnavailableError(inferd::StrCat("cannot listen on ", options_.address, ":", port,
+                                                 ": ", std::strerror(err)));
+    }
+    if (port == 0) {
+      // Port 0 picks an ephemeral port once; the other loops share it.
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+      port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    }
+    loops_.push_back(std::make_unique<EventLoop>(&options_, &handler_, fd));
+  }
+  port_ = port;
+  for (auto& loop : loops_) threads_.emplace_back([l = loop.get()] { l->Run(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  for (auto& loop : loops_) loop->Stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace inferd::http

@@ -1,0 +1,566 @@
+#include "frontends/http/infer_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/strings.h"
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace inferd::http {
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>,
+                                     rapidjson::CrtAllocator, rapidjson::kWriteNanAndInfFlag>;
+constexpr int kMaxJsonDataDepth = 64;
+
+absl::Status Invalid(std::string_view input, std::string_view what) {
+  return absl::InvalidArgumentError(inferd::StrCat("input '", input, "': ", what));
+}
+
+template <typename T>
+void AppendPod(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+absl::Status AppendInt(const rapidjson::Value& v, std::string_view name, std::string* out) {
+  if (v.IsInt64()) {
+    int64_t x = v.GetInt64();
+    if constexpr (std::is_signed_v<T>) {
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) {
+        return Invalid(name, inferd::StrCat("value ", x, " is out of range for its datatype"));
+      }
+    } else {
+      if (x < 0 || static_cast<uint64_t>(x) > std::numeric_limits<T>::max()) {
+        return Invalid(name, inferd::StrCat("value ", x, " is out of range for its datatype"));
+      }
+    }
+    AppendPod<T>(out, static_cast<T>(x));
+    return absl::OkStatus();
+  }
+  if (v.IsUint64()) {
+    uint64_t x = v.GetUint64();
+    if (x > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+      return Invalid(name, inferd::StrCat("value ", x, " is out of range for its datatype"));
+    }
+    AppendPod<T>(out, static_cast<T>(x));
+    return absl::OkStatus();
+  }
+  return Invalid(name, "'data' holds a value that is not an integer");
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+absl::Status AppendElement(const rapidjson::Value& v, DataType type, std::string_view name,
+                           std::string* out) {
+  switch (type) {
+    case DataType::kBool:
+      if (!v.IsBool()) return Invalid(name, "BOOL 'data' must hold true or false");
+      out->push_back(v.GetBool() ? 1 : 0);
+      return absl::OkStatus();
+    case DataType::kUint8: return AppendInt<uint8_t>(v, name, out);
+    case DataType::kUint16: return AppendInt<uint16_t>(v, name, out);
+    case DataType::kUint32: return AppendInt<uint32_t>(v, name, out);
+    case DataType::kUint64: return AppendInt<uint64_t>(v, name, out);
+    case DataType::kInt8: return AppendInt<int8_t>(v, name, out);
+    case DataType::kInt16: return AppendInt<int16_t>(v, name, out);
+    case DataType::kInt32: return AppendInt<int32_t>(v, name, out);
+    case DataType::kInt64: return AppendInt<int64_t>(v, name, out);
+    case DataType::kFp16:
+    case DataType::kBf16:
+    case DataType::kFp32:
+    case DataType::kFp64: {
+      if (!v.IsNumber()) return Invalid(name, "'data' holds a value that is not a number");
+      const double d = v.GetDouble();
+      if (type == DataType::kFp64) AppendPod<double>(out, d);
+      else if (type == DataType::kFp32) AppendPod<float>(out, static_cast<float>(d));
+      else if (type == DataType::kFp16) AppendPod<uint16_t>(out, FloatToHalf(static_cast<float>(d)));
+      else AppendPod<uint16_t>(out, FloatToBf16(static_cast<float>(d)));
+      return absl::OkStatus();
+    }
+    case DataType::kBytes: {
+      if (!v.IsString()) return Invalid(name, "BYTES 'data' must hold strings");
+      AppendPod<uint32_t>(out, v.GetStringLength());
+      out->append(v.GetString(), v.GetStringLength());
+      return absl::OkStatus();
+    }
+    default:
+      return Invalid(name, "unsupported datatype");
+  }
+}
+
+// Flattens nested or flat `data` in row-major order.
+absl::Status Flatten(const rapidjson::Value& v, DataType type, std::string_view name, int depth,
+                     std::string* out, int64_t* count) {
+  if (depth > kMaxJsonDataDepth) return Invalid(name, "'data' is nested too deeply");
+  if (v.IsArray()) {
+    for (const auto& e : v.GetArray()) {
+      absl::Status st = Flatten(e, type, name, depth + 1, out, count);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  ++*count;
+  return AppendElement(v, type, name, out);
+}
+
+absl::StatusOr<Shape> ParseShape(const rapidjson::Value& v, std::string_view name) {
+  if (!v.IsArray()) return Invalid(name, "'shape' must be an array of integers");
+  Shape shape;
+  for (const auto& d : v.GetArray()) {
+    if (!d.IsInt64() || d.GetInt64() < 0) {
+      return Invalid(name, "'shape' must hold non-negative integers");
+    }
+    shape.push_back(d.GetInt64());
+  }
+  return shape;
+}
+
+absl::StatusOr<bool> GetBoolParam(const rapidjson::Value& params, const char* key,
+                                  std::string_view where) {
+  auto it = params.FindMember(key);
+  if (it == params.MemberEnd()) return false;
+  if (!it->value.IsBool()) {
+    return absl::InvalidArgumentError(inferd::StrCat(where, ": parameter '", key, "' must be a boolean"));
+  }
+  return it->value.GetBool();
+}
+
+void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
+  w.StartArray();
+  const char* p = out.data.data();
+  const size_t size = DataTypeSize(out.datatype);
+  const size_t n = size ? out.data.size() / size : 0;
+  for (size_t i = 0; i < n; ++i, p += size) {
+    switch (out.datatype) {
+      case DataType::kBool: w.Bool(*p != 0); break;
+      case DataType::kUint8: w.Uint(static_cast<uint8_t>(*p)); break;
+      case DataType::kInt8: w.Int(static_cast<int8_t>(*p)); break;
+#define INFERD_CASE(T, DT, CALL) \
+  case DT: {                     \
+    T x;                         \
+    std::memcpy(&x, p, sizeof(T)); \
+    w.CALL(x);                   \
+    break;                       \
+  }
+      INFERD_CASE(uint16_t, DataType::kUint16, Uint)
+      INFERD_CASE(uint32_t, DataType::kUint32, Uint)
+      INFERD_CASE(uint64_t, DataType::kUint64, Uint64)
+      INFERD_CASE(int16_t, DataType::kInt16, Int)
+      INFERD_CASE(int32_t, DataType::kInt32, Int)
+      INFERD_CASE(int64_t, DataType::kInt64, Int64)
+      INFERD_CASE(double, DataType::kFp64, Double)
+#undef INFERD_CASE
+      case DataType::kFp32: {
+        float x;
+        std::memcpy(&x, p, 4);
+        w.Double(x);
+        break;
+      }
+      case DataType::kFp16: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        w.Double(HalfToFloat(x));
+        break;
+      }
+      case DataType::kBf16: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        w.Double(Bf16ToFloat(x));
+        break;
+      }
+      default: break;
+    }
+  }
+  if (out.datatype == DataType::kBytes) {
+    size_t pos = 0;
+    const std::string_view d = out.data;
+    while (pos + 4 <= d.size()) {
+      uint32_t len;
+      std::memcpy(&len, d.data() + pos, 4);
+      pos += 4;
+      if (len > d.size() - pos) break;
+      w.String(d.data() + pos, len);
+      pos += len;
+    }
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
+bool OutputEncoding::IsBinary(std::string_view name) const {
+  for (const auto& [n, b] : per_output) {
+    if (n == name) return b;
+  }
+  return binary_default;
+}
+
+absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
+                                              std::optional<size_t> header_length,
+                                              std::shared_ptr<const void> owner) {
+  std::string_view json = body;
+  std::string_view binary;
+  if (header_length) {
+    if (*header_length > body.size()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "Inference-Header-Content-Length is ", *header_length, " but the body has only ",
+          body.size(), " bytes"));
+    }
+    json = body.substr(0, *header_length);
+    binary = body.substr(*header_length);
+  }
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag>(json.data(),
+                                                                           json.size());
+  if (doc.HasParseError()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "malformed JSON in the request body at offset ", doc.GetErrorOffset(), ": ",
+        rapidjson::GetParseError_En(doc.GetParseError())));
+  }
+  if (!doc.IsObject()) return absl::InvalidArgumentError("the request body must be a JSON object");
+
+  ParsedInfer parsed;
+  parsed.request = std::make_unique<core::InferRequest>();
+  core::InferRequest& req = *parsed.request;
+  req.payload = std::move(owner);
+
+  if (auto it = doc.FindMember("id"); it != doc.MemberEnd()) {
+    if (!it->value.IsString()) return absl::InvalidArgumentError("'id' must be a string");
+    req.id.assign(it->value.GetString(), it->value.GetStringLength());
+  }
+  if (auto it = doc.FindMember("parameters"); it != doc.MemberEnd()) {
+    const auto& params = it->value;
+    if (!params.IsObject()) return absl::InvalidArgumentError("'parameters' must be an object");
+    auto b = GetBoolParam(params, "binary_data_output", "request");
+    if (!b.ok()) return b.status();
+    parsed.encoding.binary_default = *b;
+    if (auto p = params.FindMember("priority"); p != params.MemberEnd()) {
+      if (!p->value.IsUint()) return absl::InvalidArgumentError("parameter 'priority' must be a non-negative integer");
+      req.priority = p->value.GetUint();
+    }
+    if (auto p = params.FindMember("timeout"); p != params.MemberEnd()) {
+      if (!p->value.IsUint64()) return absl::InvalidArgumentError("parameter 'timeout' must be a non-negative integer (microseconds)");
+      req.timeout_us = p->value.GetUint64();
+    }
+  }
+
+  auto inputs = doc.FindMember("inputs");
+  if (inputs == doc.MemberEnd() || !inputs->value.IsArray()) {
+    return absl::InvalidArgumentError("the request must have an 'inputs' array");
+  }
+  size_t binary_offset = 0;
+  for (const auto& in : inputs->value.GetArray()) {
+    if (!in.IsObject()) return absl::InvalidArgumentError("each entry of 'inputs' must be an object");
+    auto name_it = in.FindMember("name");
+    if (name_it == in.MemberEnd() || !name_it->value.IsString()) {
+      return absl::InvalidArgumentError("an input has no 'name' string");
+    }
+    core::InputTensor tensor;
+    tensor.name.assign(name_it->value.GetString(), name_it->value.GetStringLength());
+    auto dt_it = in.FindMember("datatype");
+    if (dt_it == in.MemberEnd() || !dt_it->value.IsString()) {
+      return Invalid(tensor.name, "missing 'datatype'");
+    }
+    tensor.datatype = DataTypeFromString(dt_it->value.GetString());
+    if (tensor.datatype == DataType::kInvalid) {
+      return Invalid(tensor.name, inferd::StrCat("unknown datatype '", dt_it->value.GetString(), "'"));
+    }
+    auto shape_it = in.FindMember("shape");
+    if (shape_it == in.MemberEnd()) return Invalid(tensor.name, "missing 'shape'");
+    auto shape = ParseShape(shape_it->value, tensor.name);
+    if (!shape.ok()) return shape.status();
+    tensor.shape = *std::move(shape);
+    auto count = ElementCount(tensor.shape);
+    if (!count.ok()) return Invalid(tensor.name, std::string(count.status().message()));
+
+    std::optional<uint64_t> binary_size;
+    if (auto p = in.FindMember("parameters"); p != in.MemberEnd()) {
+      if (!p->value.IsObject()) return Invalid(tensor.name, "'parameters' must be an object");
+      if (auto b = p->value.FindMember("binary_data_size"); b != p->value.MemberEnd()) {
+        if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
+        binary_size = b->value.GetUint64();
+      }
+    }
+    auto data_it = in.FindMember("data");
+    if (binary_size) {
+      if (data_it != in.MemberEnd()) {
+        return Invalid(tensor.name, "has both 'data' and 'binary_data_size'; send one");
+      }
+      if (*binary_size > binary.size() - binary_offset) {
+        return Invalid(tensor.name, inferd::StrCat("binary_data_size is ", *binary_size,
+                                                 " but only ", binary.size() - binary_offset,
+                                                 " bytes of binary data remain in the body"));
+      }
+      tensor.data = binary.substr(binary_offset, *binary_size);
+      binary_offset += *binary_size;
+    } else {
+      if (data_it == in.MemberEnd()) {
+        return Invalid(tensor.name, "has neither 'data' nor a 'binary_data_size' parameter");
+      }
+      std::string& buf = req.owned.emplace_back();
+      const size_t elem = DataTypeSize(tensor.datatype);
+      if (elem && *count < (int64_t{1} << 40)) buf.reserve(static_cast<size_t>(*count) * elem);
+      int64_t got = 0;
+      absl::Status st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, &buf, &got);
+      if (!st.ok()) return st;
+      if (got != *count) {
+        return Invalid(tensor.name, inferd::StrCat("shape ", ShapeToString(tensor.shape), " needs ",
+                                                 *count, " elements but 'data' has ", got));
+      }
+      tensor.data = buf;
+    }
+    req.inputs.push_back(std::move(tensor));
+  }
+  if (binary_offset != binary.size()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "the body has ", binary.size() - binary_offset,
+        " bytes of binary data that no input claims (check binary_data_size and "
+        "Inference-Header-Content-Length)"));
+  }
+
+  if (auto outs = doc.FindMember("outputs"); outs != doc.MemberEnd()) {
+    if (!outs->value.IsArray()) return absl::InvalidArgumentError("'outputs' must be an array");
+    for (const auto& out : outs->value.GetArray()) {
+      if (!out.IsObject()) return absl::InvalidArgumentError("each entry of 'outputs' must be an object");
+      auto name_it = out.FindMember("name");
+      if (name_it == out.MemberEnd() || !name_it->value.IsString()) {
+        return absl::InvalidArgumentError("a requested output has no 'name' string");
+      }
+      core::RequestedOutput ro;
+      ro.name.assign(name_it->value.GetString(), name_it->value.GetStringLength());
+      bool binary_flag = parsed.encoding.binary_default;
+      if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
+        if (!p->value.IsObject()) {
+          return absl::InvalidArgumentError(inferd::StrCat("output '", ro.name, "': 'parameters' must be an object"));
+        }
+        if (p->value.HasMember("binary_data")) {
+          auto b = GetBoolParam(p->value, "binary_data", inferd::StrCat("output '", ro.name, "'"));
+          if (!b.ok()) return b.status();
+          binary_flag = *b;
+        }
+        if (auto c = p->value.FindMember("classification"); c != p->value.MemberEnd()) {
+          if (!c->value.IsInt64() || c->value.GetInt64() < 0) {
+            return absl::InvalidArgumentError(inferd::StrCat(
+                "output '", ro.name, "': 'classification' must be a non-negative integer"));
+          }
+          ro.classification = c->value.GetInt64();
+          if (ro.classification > 0) {
+            return absl::UnimplementedError(inferd::StrCat(
+                "output '", ro.name, "': the classification extension is not supported yet"));
+          }
+        }
+      }
+      ro.binary = binary_flag;
+      parsed.encoding.per_output.emplace_back(ro.name, binary_flag);
+      req.outputs.push_back(std::move(ro));
+    }
+  }
+  return parsed;
+}
+
+absl::StatusOr<ParsedInfer> ParseRawInferRequest(std::string_view body, const RawInputSpec& spec,
+                                                 std::shared_ptr<const void> owner) {
+  const size_t elem = DataTypeSize(spec.datatype);
+  if (elem == 0) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "a raw binary body needs a fixed-size datatype; input '", spec.name, "' is ",
+        DataTypeName(spec.datatype)));
+  }
+  int64_t per_item = 1;
+  for (int64_t d : spec.dims) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "a raw binary body needs input '", spec.name,
+          "' to have fixed dims; send a JSON header instead"));
+    }
+    per_item *= d;
+  }
+  const size_t item_bytes = static_cast<size_t>(per_item) * elem;
+  ParsedInfer parsed;
+  parsed.request = std::make_unique<core::InferRequest>();
+  core::InferRequest& req = *parsed.request;
+  req.payload = std::move(owner);
+  core::InputTensor t;
+  t.name = spec.name;
+  t.datatype = spec.datatype;
+  if (spec.batching) {
+    if (item_bytes == 0 || body.size() % item_bytes != 0 || body.empty()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "raw binary body of ", body.size(), " bytes is not a whole number of '", spec.name,
+          "' items of ", item_bytes, " bytes"));
+    }
+    t.shape.push_back(static_cast<int64_t>(body.size() / item_bytes));
+  }
+  for (int64_t d : spec.dims) t.shape.push_back(d);
+  t.data = body;
+  req.inputs.push_back(std::move(t));
+  parsed.encoding.binary_default = true;
+  return parsed;
+}
+
+HttpResponse SerializeInferResponse(core::InferResponse& response,
+                                    const OutputEncoding& encoding) {
+  HttpResponse http;
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("model_name");
+  w.String(response.model_name.c_str(), response.model_name.size());
+  w.Key("model_version");
+  std::string version = inferd::StrCat(response.model_version);
+  w.String(version.c_str(), version.size());
+  if (!response.id.empty()) {
+    w.Key("id");
+    w.String(response.id.c_str(), response.id.size());
+  }
+  w.Key("outputs");
+  w.StartArray();
+  bool any_binary = false;
+  for (auto& out : response.outputs) {
+    w.StartObject();
+    w.Key("name");
+    w.String(out.name.c_str(), out.name.size());
+    w.Key("datatype");
+    std::string_view dt = DataTypeName(out.datatype);
+    w.String(dt.data(), dt.size());
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : out.shape) w.Int64(d);
+    w.EndArray();
+    if (encoding.IsBinary(out.name)) {
+      any_binary = true;
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("binary_data_size");
+      w.Uint64(out.data.size());
+      w.EndObject();
+      http.tail.push_back(out.data);
+      if (out.holder) http.holders.push_back(out.holder);
+    } else {
+      w.Key("data");
+      WriteOutputData(w, out);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  http.body.assign(buf.GetString(), buf.GetSize());
+  if (any_binary) {
+    http.content_type = "application/octet-stream";
+    http.headers.emplace_back("Inference-Header-Content-Length", inferd::StrCat(http.body.size()));
+  } else {
+    http.content_type = "application/json";
+  }
+  return http;
+}
+
+int HttpStatusFromStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kCancelled:
+      return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    case absl::StatusCode::kResourceExhausted: return 507;
+    default: return 500;
+  }
+}
+
+HttpResponse ErrorResponse(int http_status, std::string_view message) {
+  HttpResponse http;
+  http.status = http_status;
+  http.content_type = "application/json";
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("error");
+  w.String(message.data(), message.size());
+  w.EndObject();
+  http.body.assign(buf.GetString(), buf.GetSize());
+  return http;
+}
+
+HttpResponse ErrorResponse(const absl::Status& status) {
+  return ErrorResponse(HttpStatusFromStatus(status), std::string_view(status.message().data(), status.message().size()));
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = (bits >> 16) & 0x8000;
+  const uint32_t abs = bits & 0x7fffffff;
+  if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf / nan
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // overflow to inf
+  if (abs < 0x38800000) {                       // subnormal or zero
+    if (abs < 0x33000000) return sign;
+    const uint32_t e = abs >> 23;
+    const uint32_t m = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - e;  // at least 14 here
+    uint32_t v = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (v & 1))) ++v;
+    return sign | static_cast<uint16_t>(v);
+  }
+  uint32_t v = ((abs - 0x38000000) >> 13);
+  const uint32_t rem = abs & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
+  return sign | static_cast<uint16_t>(v);
+}
+
+}  // namespace inferd::http

@@ -1,0 +1,405 @@
+#include "frontends/http/kserve_service.h"
+
+#include <charconv>
+#include <vector>
+
+#include "common/strings.h"
+#include "config/model_config_util.h"
+#include "frontends/http/infer_codec.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace inferd::http {
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+HttpResponse Json(int status, rapidjson::StringBuffer& buf) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body.assign(buf.GetString(), buf.GetSize());
+  return r;
+}
+
+HttpResponse Empty(int status) {
+  HttpResponse r;
+  r.status = status;
+  return r;
+}
+
+void WriteString(JsonWriter& w, std::string_view s) { w.String(s.data(), s.size()); }
+
+void WriteDuration(JsonWriter& w, const char* key, const metrics::Duration& d) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("count");
+  w.Uint64(d.count);
+  w.Key("ns");
+  w.Uint64(d.ns);
+  w.EndObject();
+}
+
+void WriteTensorMetadata(JsonWriter& w, const std::vector<server::TensorMetadata>& tensors) {
+  w.StartArray();
+  for (const auto& t : tensors) {
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, t.name);
+    w.Key("datatype");
+    WriteString(w, DataTypeName(t.datatype));
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : t.shape) w.Int64(d);
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// "/v2/models/a%2Fb/infer" -> {"v2", "models", "a/b", "infer"}; nullopt on a bad escape.
+std::optional<std::vector<std::string>> SplitPath(std::string_view path) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string_view::npos) slash = path.size();
+    std::string_view seg = path.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (seg.empty()) continue;
+    auto decoded = PercentDecode(seg);
+    if (!decoded) return std::nullopt;
+    out.push_back(*std::move(decoded));
+  }
+  return out;
+}
+
+std::optional<int64_t> ParseVersion(std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0 || s.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+HttpHandler KServeHttpService::AsHandler() {
+  return [this](const HttpRequest& request, std::shared_ptr<const void> owner,
+                std::unique_ptr<Responder> responder) {
+    std::shared_ptr<Responder> shared(std::move(responder));
+    Handle(request, std::move(owner),
+           [shared](std::function<HttpResponse()> make) { shared->Post(std::move(make)); });
+  };
+}
+
+void KServeHttpService::Handle(const HttpRequest& request,
+                               std::shared_ptr<const void> body_owner, Reply reply) {
+  auto now = [&reply](HttpResponse r) {
+    auto shared = std::make_shared<HttpResponse>(std::move(r));
+    reply([shared] { return std::move(*shared); });
+  };
+  try {
+    auto segments = SplitPath(request.path);
+    if (!segments) return now(ErrorResponse(400, "malformed percent-escape in the URL path"));
+    const auto& s = *segments;
+    const bool get = request.method == "GET" || request.method == "HEAD";
+    const bool post = request.method == "POST";
+    auto method_not_allowed = [&] {
+      return now(ErrorResponse(405, inferd::StrCat("method ", request.method, " is not allowed on ",
+                                                 request.path)));
+    };
+    if (s.empty() || s[0] != "v2") {
+      return now(ErrorResponse(404, inferd::StrCat("no route for ", request.path)));
+    }
+    if (s.size() == 1) {
+      if (!get) return method_not_allowed();
+      rapidjson::StringBuffer buf;
+      JsonWriter w(buf);
+      w.StartObject();
+      w.Key("name");
+      WriteString(w, server::Server::kName);
+      w.Key("version");
+      WriteString(w, server::Server::kVersion);
+      w.Key("extensions");
+      w.StartArray();
+      for (const auto& e : server::Server::Extensions()) WriteString(w, e);
+      w.EndArray();
+      w.EndObject();
+      return now(Json(200, buf));
+    }
+    if (s[1] == "health" && s.size() == 3) {
+      if (!get) return method_not_allowed();
+      if (s[2] == "live") return now(Empty(server_->IsLive() ? 200 : 400));
+      if (s[2] == "ready") return now(Empty(server_->IsReady() ? 200 : 400));
+    }
+    if (s[1] == "repository") {
+      if (s.size() == 3 && s[2] == "index") {
+        if (!post) return method_not_allowed();
+        return now(RepositoryIndex(request));
+      }
+      if (s.size() == 5 && s[2] == "models" && (s[4] == "load" || s[4] == "unload")) {
+        if (!post) return method_not_allowed();
+        return RepositoryLoad(request, s[3], s[4] == "load", std::move(reply));
+      }
+    }
+    if (s[1] == "models" && s.size() >= 3) {
+      if (s.size() == 3 && s[2] == "stats") {
+        if (!get) return method_not_allowed();
+        return now(ModelStats("", -1));
+      }
+      const std::string& model = s[2];
+      size_t next = 3;
+      int64_t version = -1;
+      if (s.size() >= 5 && s[3] == "versions") {
+        auto v = ParseVersion(s[4]);
+        if (!v) {
+          return now(ErrorResponse(400, inferd::StrCat("invalid model version '", s[4],
+                                                     "': versions are non-negative integers")));
+        }
+        version = *v;
+        next = 5;
+      }
+      if (s.size() == next) {
+        if (!get) return method_not_allowed();
+        return now(ModelMetadata(model, version));
+      }
+      if (s.size() == next + 1) {
+        const std::string& action = s[next];
+        if (action == "infer") {
+          if (!post) return method_not_allowed();
+          return HandleInfer(request, std::move(body_owner), model, version, std::move(reply));
+        }
+        if (action == "ready") {
+          if (!get) return method_not_allowed();
+          return now(Empty(server_->IsModelReady(model, version) ? 200 : 400));
+        }
+        if (action == "config") {
+          if (!get) return method_not_allowed();
+          auto cfg = server_->GetModelConfig(model, version);
+          if (!cfg.ok()) return now(ErrorResponse(cfg.status()));
+          HttpResponse r;
+          r.content_type = "application/json";
+          r.body = config::ModelConfigToJson(*cfg);
+          return now(std::move(r));
+        }
+        if (action == "stats") {
+          if (!get) return method_not_allowed();
+          return now(ModelStats(model, version));
+        }
+      }
+    }
+    return now(ErrorResponse(404, inferd::StrCat("no route for ", request.path)));
+  } catch (const std::exception& e) {
+    return now(ErrorResponse(500, inferd::StrCat("internal error: ", e.what())));
+  }
+}
+
+void KServeHttpService::HandleInfer(const HttpRequest& request,
+                                    std::shared_ptr<const void> body_owner,
+                                    const std::string& model, int64_t version, Reply reply) {
+  auto fail = [&reply](HttpResponse r) {
+    auto shared = std::make_shared<HttpResponse>(std::move(r));
+    reply([shared] { return std::move(*shared); });
+  };
+  const uint64_t received = core::NowNs();
+  std::optional<size_t> header_length;
+  if (auto h = request.Header("Inference-Header-Content-Length")) {
+    size_t n = 0;
+    auto [p, ec] = std::from_chars(h->data(), h->data() + h->size(), n);
+    if (ec != std::errc() || p != h->data() + h->size() || h->empty()) {
+      return fail(ErrorResponse(400, inferd::StrCat("invalid Inference-Header-Content-Length '", *h, "'")));
+    }
+    header_length = n;
+  }
+  absl::StatusOr<ParsedInfer> parsed;
+  if (header_length && *header_length == 0) {
+    // A raw body is the data of the model's only input.
+    auto cfg = server_->GetModelConfig(model, version);
+    if (!cfg.ok()) return fail(ErrorResponse(cfg.status()));
+    if (cfg->input_size() != 1) {
+      return fail(ErrorResponse(400, inferd::StrCat(
+          "Inference-Header-Content-Length 0 sends a raw body, which needs a model with exactly one input; model '",
+          model, "' has ", cfg->input_size())));
+    }
+    RawInputSpec spec;
+    spec.name = cfg->input(0).name();
+    spec.datatype = config::FromProto(cfg->input(0).data_type());
+    spec.dims.assign(cfg->input(0).dims().begin(), cfg->input(0).dims().end());
+    spec.batching = cfg->max_batch_size() > 0;
+    parsed = ParseRawInferRequest(request.body, spec, body_owner);
+  } else {
+    parsed = ParseInferRequest(request.body, header_length, body_owner);
+  }
+  if (!parsed.ok()) return fail(ErrorResponse(parsed.status()));
+  std::unique_ptr<core::InferRequest> req = std::move(parsed->request);
+  req->model_name = model;
+  req->model_version = version;
+  req->times.received_ns = received;
+  auto encoding = std::make_shared<OutputEncoding>(std::move(parsed->encoding));
+  req->on_complete = [reply, encoding](std::unique_ptr<core::InferResponse> response) {
+    std::shared_ptr<core::InferResponse> shared(std::move(response));
+    reply([shared, encoding]() -> HttpResponse {
+      if (!shared->status.ok()) return ErrorResponse(shared->status);
+      return SerializeInferResponse(*shared, *encoding);
+    });
+  };
+  server_->Infer(std::move(req));
+}
+
+HttpResponse KServeHttpService::ModelMetadata(const std::string& model, int64_t version) {
+  auto md = server_->GetModelMetadata(model, version);
+  if (!md.ok()) return ErrorResponse(md.status());
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, md->name);
+  w.Key("versions");
+  w.StartArray();
+  for (const auto& v : md->versions) WriteString(w, v);
+  w.EndArray();
+  w.Key("platform");
+  WriteString(w, md->platform);
+  w.Key("inputs");
+  WriteTensorMetadata(w, md->inputs);
+  w.Key("outputs");
+  WriteTensorMetadata(w, md->outputs);
+  w.EndObject();
+  return Json(200, buf);
+}
+
+HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t version) {
+  auto stats = server_->GetStatistics(model, version);
+  if (!stats.ok()) return ErrorResponse(stats.status());
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  for (const auto& m : *stats) {
+    const auto& s = m.stats;
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, m.name);
+    w.Key("version");
+    WriteString(w, m.version);
+    w.Key("last_inference");
+    w.Uint64(s.last_inference_ms);
+    w.Key("inference_count");
+    w.Uint64(s.inference_count);
+    w.Key("execution_count");
+    w.Uint64(s.execution_count);
+    w.Key("inference_stats");
+    w.StartObject();
+    WriteDuration(w, "success", s.success);
+    WriteDuration(w, "fail", s.fail);
+    WriteDuration(w, "queue", s.queue);
+    WriteDuration(w, "compute_input", s.compute_input);
+    WriteDuration(w, "compute_infer", s.compute_infer);
+    WriteDuration(w, "compute_output", s.compute_output);
+    WriteDuration(w, "cache_hit", s.cache_hit);
+    WriteDuration(w, "cache_miss", s.cache_miss);
+    w.EndObject();
+    w.Key("batch_stats");
+    w.StartArray();
+    for (const auto& [size, b] : s.batch_stats) {
+      w.StartObject();
+      w.Key("batch_size");
+      w.Uint64(size);
+      WriteDuration(w, "compute_input", b.compute_input);
+      WriteDuration(w, "compute_infer", b.compute_infer);
+      WriteDuration(w, "compute_output", b.compute_output);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("memory_usage");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(200, buf);
+}
+
+HttpResponse KServeHttpService::RepositoryIndex(const HttpRequest& request) {
+  bool ready_only = false;
+  if (!request.body.empty()) {
+    rapidjson::Document doc;
+    doc.Parse<rapidjson::kParseIterativeFlag>(request.body.data(), request.body.size());
+    if (doc.HasParseError() || !doc.IsObject()) {
+      return ErrorResponse(400, "malformed JSON in the repository index request");
+    }
+    if (auto it = doc.FindMember("ready"); it != doc.MemberEnd()) {
+      if (!it->value.IsBool()) return ErrorResponse(400, "'ready' must be a boolean");
+      ready_only = it->value.GetBool();
+    }
+  }
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartArray();
+  for (const auto& e : server_->RepositoryIndex(ready_only)) {
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, e.name);
+    if (!e.version.empty()) {
+      w.Key("version");
+      WriteString(w, e.version);
+    }
+    if (!e.state.empty()) {
+      w.Key("state");
+      WriteString(w, e.state);
+    }
+    if (!e.reason.empty()) {
+      w.Key("reason");
+      WriteString(w, e.reason);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  return Json(200, buf);
+}
+
+void KServeHttpService::RepositoryLoad(const HttpRequest& request, const std::string& model,
+                                       bool load, Reply reply) {
+  auto now = [&reply](HttpResponse r) {
+    auto shared = std::make_shared<HttpResponse>(std::move(r));
+    reply([shared] { return std::move(*shared); });
+  };
+  std::optional<std::string> config_json;
+  if (!request.body.empty()) {
+    rapidjson::Document doc;
+    doc.Parse<rapidjson::kParseIterativeFlag>(request.body.data(), request.body.size());
+    if (doc.HasParseError() || !doc.IsObject()) {
+      return now(ErrorResponse(400, "malformed JSON in the repository request body"));
+    }
+    if (auto p = doc.FindMember("parameters"); p != doc.MemberEnd()) {
+      if (!p->value.IsObject()) return now(ErrorResponse(400, "'parameters' must be an object"));
+      for (auto it = p->value.MemberBegin(); it != p->value.MemberEnd(); ++it) {
+        std::string_view key(it->name.GetString(), it->name.GetStringLength());
+        if (key == "config" && load) {
+          if (!it->value.IsString()) {
+            return now(ErrorResponse(400, "parameter 'config' must be a string holding the model configuration as JSON"));
+          }
+          config_json.emplace(it->value.GetString(), it->value.GetStringLength());
+        } else if (key.substr(0, 5) == "file:") {
+          return now(ErrorResponse(501, inferd::StrCat("parameter '", key, "': loading model files from the request is not supported yet")));
+        }
+      }
+    }
+  }
+  auto done = [reply](absl::Status status) {
+    reply([status]() -> HttpResponse {
+      if (!status.ok()) return ErrorResponse(status);
+      return Empty(200);
+    });
+  };
+  if (load) {
+    server_->LoadModel(model, std::move(config_json), std::move(done));
+  } else {
+    server_->UnloadModel(model, std::move(done));
+  }
+}
+
+}  // namespace inferd::http

@@ -1,0 +1,65 @@
+// Per model-version counters behind the statistics extension (and, later, Prometheus). Each
+// loaded model version owns one ModelStats; schedulers record into it, frontends snapshot it.
+// Thread-safe: counters are atomics; batch statistics take a short mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace inferd::metrics {
+
+struct Duration {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+};
+
+struct BatchStats {
+  Duration compute_input;
+  Duration compute_infer;
+  Duration compute_output;
+};
+
+struct ModelStatsSnapshot {
+  uint64_t last_inference_ms = 0;
+  uint64_t inference_count = 0;
+  uint64_t execution_count = 0;
+  Duration success, fail, queue, compute_input, compute_infer, compute_output;
+  Duration cache_hit, cache_miss;
+  std::map<uint64_t, BatchStats> batch_stats;  // by batch size
+};
+
+class ModelStats {
+ public:
+  // One request finished successfully. Durations in ns.
+  void RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns, uint64_t infer_ns,
+                     uint64_t output_ns, uint64_t batch_size);
+  void RecordFailure(uint64_t request_ns);
+  // One backend execution of `batch_size` items.
+  void RecordExecution(uint64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
+                       uint64_t output_ns);
+
+  ModelStatsSnapshot Snapshot() const;
+
+ private:
+  struct Counter {
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> ns{0};
+    void Add(uint64_t d) {
+      count.fetch_add(1, std::memory_order_relaxed);
+      ns.fetch_add(d, std::memory_order_relaxed);
+    }
+    Duration Get() const { return {count.load(), ns.load()}; }
+  };
+  std::atomic<uint64_t> last_inference_ms_{0};
+  std::atomic<uint64_t> inference_count_{0};
+  std::atomic<uint64_t> execution_count_{0};
+  Counter success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
+  mutable absl::Mutex batch_mu_;
+  std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);
+};
+
+}  // namespace inferd::metrics

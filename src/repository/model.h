@@ -1,0 +1,46 @@
+// One loaded version of a model: its completed configuration, its instances behind a
+// scheduler, and its statistics. Held through std::shared_ptr<const Model>; the registry drops
+// its reference on unload and the destructor drains what is in flight.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "config/model_config_util.h"
+#include "metrics/model_stats.h"
+#include "scheduling/scheduler.h"
+
+namespace inferd::repository {
+
+struct LoadOptions {
+  int cpu_cores = 1;
+  size_t max_queue_size = 4096;
+};
+
+class Model {
+ public:
+  // Creates every instance of every instance group and starts the scheduler.
+  static absl::StatusOr<std::shared_ptr<Model>> Load(const config::ModelConfig& config,
+                                                     const std::string& model_dir,
+                                                     int64_t version, backends::Backend* backend,
+                                                     const LoadOptions& options);
+  ~Model();  // Completes everything queued, then frees the instances.
+
+  const config::ModelConfig& config() const { return config_; }
+  int64_t version() const { return version_; }
+  metrics::ModelStats& stats() const { return *stats_; }
+  // Thread-safe; takes ownership (see Scheduler::Enqueue).
+  void Enqueue(std::unique_ptr<core::InferRequest> request) const;
+  size_t InFlight() const { return scheduler_->InFlight(); }
+
+ private:
+  Model() = default;
+  config::ModelConfig config_;
+  int64_t version_ = 0;
+  std::unique_ptr<metrics::ModelStats> stats_;
+  std::unique_ptr<scheduling::Scheduler> scheduler_;
+};
+
+}  // namespace inferd::repository

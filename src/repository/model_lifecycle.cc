@@ -1,0 +1,373 @@
+#include "repository/model_lifecycle.h"
+
+#include <filesystem>
+
+#include "common/strings.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "repository/repository_scan.h"
+
+namespace inferd::repository {
+
+namespace fs = std::filesystem;
+
+std::string_view ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+  }
+  return "UNKNOWN";
+}
+
+ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
+    : options_(std::move(options)), backends_(backends) {}
+
+ModelLifecycle::~ModelLifecycle() { UnloadAll(); }
+
+absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
+    const std::string& name, const std::string& dir,
+    const std::optional<config::ModelConfig>& override_config) {
+  config::ModelConfig cfg;
+  const std::string path = inferd::StrCat(dir, "/config.pbtxt");
+  if (override_config) {
+    cfg = *override_config;
+  } else if (fs::exists(path)) {
+    ASSIGN_OR_RETURN(cfg, config::ReadModelConfigFile(path));
+  } else if (!options_.auto_complete) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", name, "': no config.pbtxt and auto-complete is disabled "
+        "(--disable-auto-complete-config)"));
+  }
+  if (cfg.name().empty()) cfg.set_name(name);
+  RETURN_IF_ERROR(config::NormalizePlatformAndBackend(&cfg));
+  std::vector<int64_t> versions = ListVersions(dir);
+  if (cfg.backend().empty() && cfg.platform().empty()) {
+    // No config says which backend: recognise the model file, as Triton does.
+    for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+      std::string vdir = inferd::StrCat(dir, "/", *it);
+      if (fs::exists(vdir + "/model.onnx")) {
+        cfg.set_backend("onnxruntime");
+        cfg.set_platform("onnxruntime_onnx");
+        break;
+      }
+      if (fs::exists(vdir + "/model.pt")) {
+        cfg.set_backend("pytorch");
+        cfg.set_platform("pytorch_libtorch");
+        break;
+      }
+    }
+  }
+  backends::Backend* backend = backends_->Find(cfg.backend());
+  if (backend == nullptr && cfg.platform() != "ensemble") {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", name, "': backend '", cfg.backend(), "' is not available in this server"));
+  }
+  if (options_.auto_complete && backend != nullptr && !versions.empty()) {
+    std::string filename = cfg.default_model_filename();
+    if (filename.empty() && cfg.backend() == "onnxruntime") filename = "model.onnx";
+    std::string model_path = inferd::StrCat(dir, "/", versions.back(), "/", filename);
+    if (!filename.empty() && fs::exists(model_path)) {
+      RETURN_IF_ERROR(backend->AutoCompleteConfig(model_path, &cfg));
+    }
+  }
+  RETURN_IF_ERROR(config::NormalizeAndValidate(&cfg, name));
+  return cfg;
+}
+
+void ModelLifecycle::SetFailed(const std::string& name, const std::string& dir,
+                               const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  e.dir = dir;
+  e.failed = true;
+  e.reason = std::string(status.message());
+}
+
+absl::Status ModelLifecycle::Load(const std::string& name,
+                                  const std::optional<config::ModelConfig>& override_config) {
+  if (!IsSafeModelName(name)) {
+    return absl::InvalidArgumentError(inferd::StrCat("invalid model name '", name, "'"));
+  }
+  absl::MutexLock load_lock(&load_mu_);
+  ScanResult scan = ScanRepositories(options_.repositories);
+  if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
+    return absl::InvalidArgumentError(dup->second);
+  }
+  auto it = scan.models.find(name);
+  if (it == scan.models.end()) {
+    return absl::NotFoundError(
+        inferd::StrCat("failed to load '", name, "': no model folder '", name,
+                     "' in the model repository"));
+  }
+  return LoadLocked(name, it->second.dir, override_config);
+}
+
+absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::string& dir,
+                                        const std::optional<config::ModelConfig>& override_config) {
+  const std::string fingerprint = Fingerprint(dir);
+  auto cfg = BuildConfig(name, dir, override_config);
+  if (!cfg.ok()) {
+    LOG_ERROR << "failed to load model '" << name << "': " << cfg.status().message();
+    SetFailed(name, dir, cfg.status());
+    {
+      absl::MutexLock lock(&mu_);
+      entries_[name].fingerprint = fingerprint;
+    }
+    return cfg.status();
+  }
+
+  // Which versions the policy serves.
+  std::vector<int64_t> available = ListVersions(dir);
+  std::vector<int64_t> wanted;
+  std::map<int64_t, std::string> missing;
+  const auto& policy = cfg->version_policy();
+  if (policy.has_all()) {
+    wanted = available;
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (std::find(available.begin(), available.end(), v) != available.end()) {
+        wanted.push_back(v);
+      } else {
+        missing[v] = inferd::StrCat("version ", v, " named by version_policy.specific has no folder '",
+                                  dir, "/", v, "'");
+      }
+    }
+  } else {
+    const size_t n = policy.latest().num_versions();
+    for (size_t i = available.size() > n ? available.size() - n : 0; i < available.size(); ++i) {
+      wanted.push_back(available[i]);
+    }
+  }
+  if (wanted.empty() && missing.empty()) {
+    absl::Status st = absl::InvalidArgumentError(
+        inferd::StrCat("model '", name, "': no version folders found in '", dir, "'"));
+    LOG_ERROR << st.message();
+    SetFailed(name, dir, st);
+    return st;
+  }
+
+  {
+    absl::MutexLock lock(&mu_);
+    Entry& e = entries_[name];
+    e.dir = dir;
+    for (int64_t v : wanted) {
+      if (!e.versions.count(v)) e.versions[v].state = ModelState::kLoading;
+    }
+  }
+
+  // Load the new versions while the old ones keep serving.
+  backends::Backend* backend = backends_->Find(cfg->backend());
+  std::map<int64_t, VersionSlot> fresh;
+  absl::Status first_error;
+  for (int64_t v : wanted) {
+    VersionSlot slot;
+    auto model = Model::Load(*cfg, dir, v, backend, options_.load);
+    if (model.ok()) {
+      slot.state = ModelState::kReady;
+      slot.model = *std::move(model);
+    } else {
+      slot.state = ModelState::kUnavailable;
+      slot.reason = std::string(model.status().message());
+      LOG_ERROR << "failed to load model '" << name << "' version " << v << ": "
+                << model.status().message();
+      if (first_error.ok()) first_error = model.status();
+    }
+    fresh[v] = std::move(slot);
+  }
+  for (auto& [v, reason] : missing) {
+    fresh[v] = VersionSlot{ModelState::kUnavailable, reason, nullptr};
+    if (first_error.ok()) first_error = absl::NotFoundError(reason);
+  }
+
+  std::map<int64_t, VersionSlot> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    Entry& e = entries_[name];
+    retired.swap(e.versions);
+    e.versions = std::move(fresh);
+    e.failed = false;
+    e.reason.clear();
+    e.fingerprint = fingerprint;
+  }
+  // Old versions are freed here, outside the lock; each drains its in-flight requests.
+  retired.clear();
+  return first_error;
+}
+
+absl::Status ModelLifecycle::LoadAll() {
+  absl::MutexLock load_lock(&load_mu_);
+  ScanResult scan = ScanRepositories(options_.repositories);
+  std::vector<std::string> failures;
+  for (const auto& [name, reason] : scan.duplicates) {
+    SetFailed(name, "", absl::InvalidArgumentError(reason));
+    failures.push_back(reason);
+  }
+  for (const auto& [name, loc] : scan.models) {
+    absl::Status st = LoadLocked(name, loc.dir, std::nullopt);
+    if (!st.ok()) failures.push_back(std::string(st.message()));
+  }
+  if (failures.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(inferd::StrJoin(failures, "; "));
+}
+
+absl::Status ModelLifecycle::Unload(const std::string& name) {
+  absl::MutexLock load_lock(&load_mu_);
+  std::map<int64_t, VersionSlot> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+      return absl::NotFoundError(inferd::StrCat("failed to unload '", name, "': model is not loaded"));
+    }
+    retired.swap(it->second.versions);
+    entries_.erase(it);
+  }
+  retired.clear();  // waits for requests in flight
+  LOG_INFO << "unloaded model '" << name << "'";
+  return absl::OkStatus();
+}
+
+void ModelLifecycle::UnloadAll() {
+  absl::MutexLock load_lock(&load_mu_);
+  std::map<std::string, Entry, std::less<>> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    retired.swap(entries_);
+  }
+  retired.clear();
+}
+
+void ModelLifecycle::Poll() {
+  absl::MutexLock load_lock(&load_mu_);
+  ScanResult scan = ScanRepositories(options_.repositories);
+  std::vector<std::string> removed;
+  std::map<std::string, std::string> changed;  // name -> dir
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : entries_) {
+      if (!scan.models.count(name)) removed.push_back(name);
+    }
+  }
+  for (const auto& [name, loc] : scan.models) {
+    std::string fp = Fingerprint(loc.dir);
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end() || it->second.fingerprint != fp) changed[name] = loc.dir;
+  }
+  for (const auto& name : removed) {
+    std::map<int64_t, VersionSlot> retired;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = entries_.find(name);
+      retired.swap(it->second.versions);
+      entries_.erase(it);
+    }
+    retired.clear();
+    LOG_INFO << "poll: model '" << name << "' left the repository; unloaded";
+  }
+  for (const auto& [name, dir] : changed) {
+    LOG_INFO << "poll: loading new or changed model '" << name << "'";
+    (void)LoadLocked(name, dir, std::nullopt);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
+                                                                 int64_t version) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
+  }
+  const auto& versions = it->second.versions;
+  if (version < 0) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      if (v->second.state == ModelState::kReady) return v->second.model;
+    }
+    std::string reason = it->second.reason;
+    if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.reason;
+    return absl::UnavailableError(inferd::StrCat("model '", name, "' has no ready version",
+                                               reason.empty() ? "" : ": ", reason));
+  }
+  auto v = versions.find(version);
+  if (v == versions.end()) {
+    return absl::NotFoundError(
+        inferd::StrCat("unknown version ", version, " of model '", name, "'"));
+  }
+  if (v->second.state != ModelState::kReady) {
+    return absl::UnavailableError(inferd::StrCat("model '", name, "' version ", version, " is ",
+                                               ModelStateName(v->second.state),
+                                               v->second.reason.empty() ? "" : ": ",
+                                               v->second.reason));
+  }
+  return v->second.model;
+}
+
+std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
+    std::string_view name) const {
+  std::vector<std::shared_ptr<const Model>> out;
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return out;
+  for (const auto& [v, slot] : it->second.versions) {
+    if (slot.state == ModelState::kReady) out.push_back(slot.model);
+  }
+  return out;
+}
+
+bool ModelLifecycle::IsReady(std::string_view name, int64_t version) const {
+  return Get(name, version).ok();
+}
+
+std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
+  std::vector<IndexEntry> out;
+  ScanResult scan = ScanRepositories(options_.repositories);
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : entries_) {
+    if (entry.failed) {
+      if (!ready_only) out.push_back({name, "", "UNAVAILABLE", entry.reason});
+      continue;
+    }
+    for (const auto& [v, slot] : entry.versions) {
+      if (ready_only && slot.state != ModelState::kReady) continue;
+      out.push_back({name, inferd::StrCat(v), std::string(ModelStateName(slot.state)), slot.reason});
+    }
+  }
+  if (!ready_only) {
+    for (const auto& [name, loc] : scan.models) {
+      if (!entries_.count(name)) out.push_back({name, "", "", ""});
+    }
+    for (const auto& [name, reason] : scan.duplicates) {
+      if (!entries_.count(name)) out.push_back({name, "", "UNAVAILABLE", reason});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const IndexEntry& a, const IndexEntry& b) {
+    return a.name != b.name ? a.name < b.name : a.version < b.version;
+  });
+  return out;
+}
+
+bool ModelLifecycle::AllReady() const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : entries_) {
+    if (entry.failed) return false;
+    for (const auto& [v, slot] : entry.versions) {
+      if (slot.state != ModelState::kReady) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const {
+  std::vector<std::shared_ptr<const Model>> out;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : entries_) {
+    for (const auto& [v, slot] : entry.versions) {
+      if (slot.state == ModelState::kReady) out.push_back(slot.model);
+    }
+  }
+  return out;
+}
+
+}  // namespace inferd::repository

@@ -1,0 +1,51 @@
+// Triton's default scheduler: a bounded FIFO queue shared by all instances of a model, one
+// execution thread per instance, one request per execution.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
+#include "metrics/model_stats.h"
+#include "scheduling/scheduler.h"
+
+namespace inferd::scheduling {
+
+// Thread-safe. Owns the instances; `stats` must outlive the scheduler.
+class InstancePoolScheduler : public Scheduler {
+ public:
+  InstancePoolScheduler(std::string model_name, int64_t version,
+                        std::vector<std::unique_ptr<backends::ModelInstance>> instances,
+                        size_t max_queue_size, metrics::ModelStats* stats);
+  ~InstancePoolScheduler() override;
+
+  void Enqueue(std::unique_ptr<core::InferRequest> request) override;
+  void Shutdown() override;
+  size_t InFlight() const override;
+
+ private:
+  void WorkerLoop(backends::ModelInstance* instance);
+  void Complete(std::unique_ptr<core::InferRequest> request,
+                std::unique_ptr<core::InferResponse> response, uint64_t input_ns,
+                uint64_t infer_ns, uint64_t output_ns);
+
+  const std::string model_name_;
+  const int64_t version_;
+  const size_t max_queue_size_;
+  metrics::ModelStats* const stats_;
+  std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
+  std::vector<std::thread> workers_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_available_;
+  std::deque<std::unique_ptr<core::InferRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace inferd::scheduling

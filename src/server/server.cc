@@ -1,0 +1,202 @@
+#include "server/server.h"
+
+#include "common/strings.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "server/request_validation.h"
+
+namespace inferd::server {
+
+Server::Server(ServerOptions options, const backends::BackendRegistry* backends)
+    : options_(std::move(options)) {
+  repository::LifecycleOptions lo;
+  lo.repositories = options_.repositories;
+  lo.auto_complete = options_.auto_complete;
+  lo.load.cpu_cores = options_.cpu_cores;
+  lo.load.max_queue_size = options_.max_queue_size;
+  lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
+  loader_ = std::make_unique<WorkerPool>(2, 64);
+}
+
+Server::~Server() { Shutdown(); }
+
+const std::vector<std::string>& Server::Extensions() {
+  static const std::vector<std::string> kExtensions = {
+      "binary_tensor_data", "statistics", "model_configuration", "model_repository",
+      "model_repository(unload_dependents)", "schedule_policy"};
+  return kExtensions;
+}
+
+absl::Status Server::Start() {
+  absl::Status status;
+  switch (options_.control_mode) {
+    case ControlMode::kNone:
+    case ControlMode::kPoll:
+      status = lifecycle_->LoadAll();
+      break;
+    case ControlMode::kExplicit:
+      for (const auto& name : options_.load_models) {
+        absl::Status st = name == "*" ? lifecycle_->LoadAll() : lifecycle_->Load(name);
+        if (!st.ok() && status.ok()) status = st;
+      }
+      break;
+  }
+  if (!status.ok() && options_.exit_on_error) return status;
+  if (!status.ok()) LOG_WARNING << "some models failed to load: " << status.message();
+  if (options_.control_mode == ControlMode::kPoll) {
+    poller_ = std::thread([this] { PollLoop(); });
+  }
+  live_ = true;
+  return absl::OkStatus();
+}
+
+void Server::PollLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    stop_cv_.WaitWithTimeout(&mu_, absl::Seconds(std::max(1, options_.poll_secs)));
+    if (stopping_) break;
+    mu_.Unlock();
+    lifecycle_->Poll();
+    mu_.Lock();
+  }
+}
+
+void Server::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stop_cv_.SignalAll();
+  if (poller_.joinable()) poller_.join();
+  loader_.reset();     // finishes queued loads
+  lifecycle_->UnloadAll();  // drains requests in flight
+  live_ = false;
+}
+
+bool Server::IsLive() const { return live_.load(); }
+
+bool Server::IsReady() const {
+  if (!live_.load()) return false;
+  return !options_.strict_readiness || lifecycle_->AllReady();
+}
+
+bool Server::IsModelReady(std::string_view name, int64_t version) const {
+  return lifecycle_->IsReady(name, version);
+}
+
+absl::StatusOr<ModelMetadata> Server::GetModelMetadata(std::string_view name,
+                                                       int64_t version) const {
+  auto model = lifecycle_->Get(name, version);
+  if (!model.ok()) return model.status();
+  const config::ModelConfig& cfg = (*model)->config();
+  ModelMetadata md;
+  md.name = cfg.name();
+  if (version >= 0) {
+    md.versions.push_back(inferd::StrCat(version));
+  } else {
+    for (const auto& m : lifecycle_->ReadyVersions(name)) md.versions.push_back(inferd::StrCat(m->version()));
+  }
+  md.platform = cfg.platform().empty() ? cfg.backend() : cfg.platform();
+  const bool batching = cfg.max_batch_size() > 0;
+  auto tensor = [&](const std::string& n, inference::DataType t,
+                    const google::protobuf::RepeatedField<int64_t>& dims) {
+    TensorMetadata tm{n, config::FromProto(t), {}};
+    if (batching) tm.shape.push_back(-1);
+    for (int64_t d : dims) tm.shape.push_back(d);
+    return tm;
+  };
+  for (const auto& in : cfg.input()) md.inputs.push_back(tensor(in.name(), in.data_type(), in.dims()));
+  for (const auto& out : cfg.output()) md.outputs.push_back(tensor(out.name(), out.data_type(), out.dims()));
+  return md;
+}
+
+absl::StatusOr<config::ModelConfig> Server::GetModelConfig(std::string_view name,
+                                                           int64_t version) const {
+  auto model = lifecycle_->Get(name, version);
+  if (!model.ok()) return model.status();
+  return (*model)->config();
+}
+
+absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_view name,
+                                                                   int64_t version) const {
+  std::vector<ModelStatistics> out;
+  std::vector<std::shared_ptr<const repository::Model>> models;
+  if (name.empty()) {
+    models = lifecycle_->AllReadyModels();
+  } else if (version >= 0) {
+    auto m = lifecycle_->Get(name, version);
+    if (!m.ok()) return m.status();
+    models.push_back(*m);
+  } else {
+    models = lifecycle_->ReadyVersions(name);
+    if (models.empty()) {
+      auto m = lifecycle_->Get(name, -1);
+      return m.status().ok() ? absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"))
+                             : m.status();
+    }
+  }
+  for (const auto& m : models) {
+    out.push_back({m->config().name(), inferd::StrCat(m->version()), m->stats().Snapshot()});
+  }
+  return out;
+}
+
+void Server::Infer(std::unique_ptr<core::InferRequest> request) {
+  if (request->times.received_ns == 0) request->times.received_ns = core::NowNs();
+  auto model = lifecycle_->Get(request->model_name, request->model_version);
+  if (!model.ok()) {
+    core::CompleteWithError(std::move(request), model.status());
+    return;
+  }
+  request->model_version = (*model)->version();
+  absl::Status valid = ValidateRequest((*model)->config(), request.get());
+  if (!valid.ok()) {
+    (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns);
+    core::CompleteWithError(std::move(request), std::move(valid));
+    return;
+  }
+  (*model)->Enqueue(std::move(request));
+}
+
+std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) const {
+  return lifecycle_->Index(ready_only);
+}
+
+void Server::LoadModel(std::string name, std::optional<std::string> config_json,
+                       std::function<void(absl::Status)> done) {
+  if (options_.control_mode != ControlMode::kExplicit) {
+    done(absl::FailedPreconditionError(
+        "explicit model load / unload is not allowed unless --model-control-mode=explicit"));
+    return;
+  }
+  auto task = [this, name = std::move(name), config_json = std::move(config_json), done]() {
+    std::optional<config::ModelConfig> override_config;
+    if (config_json) {
+      auto cfg = config::ParseModelConfigJson(*config_json);
+      if (!cfg.ok()) {
+        done(cfg.status());
+        return;
+      }
+      override_config = *std::move(cfg);
+    }
+    done(lifecycle_->Load(name, override_config));
+  };
+  if (!loader_->Submit(task)) {
+    done(absl::UnavailableError("too many model loads queued; retry later"));
+  }
+}
+
+void Server::UnloadModel(std::string name, std::function<void(absl::Status)> done) {
+  if (options_.control_mode != ControlMode::kExplicit) {
+    done(absl::FailedPreconditionError(
+        "explicit model load / unload is not allowed unless --model-control-mode=explicit"));
+    return;
+  }
+  auto task = [this, name = std::move(name), done]() { done(lifecycle_->Unload(name)); };
+  if (!loader_->Submit(task)) {
+    done(absl::UnavailableError("too many model unloads queued; retry later"));
+  }
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,108 @@
+// The facade every frontend calls: health, metadata, configuration, inference, statistics and
+// the model repository API. It owns the model lifecycle and the background threads (poller,
+// loader pool). One execution path for every protocol: frontends only convert messages.
+//
+// Thread-safe. Start() once, then any thread may call the rest; Shutdown() stops the poller,
+// then unloads every model, draining requests in flight.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
+#include "common/worker_pool.h"
+#include "config/model_config_util.h"
+#include "core/infer_request.h"
+#include "metrics/model_stats.h"
+#include "repository/model_lifecycle.h"
+
+namespace inferd::server {
+
+enum class ControlMode { kNone, kExplicit, kPoll };
+
+struct ServerOptions {
+  std::vector<std::string> repositories;
+  ControlMode control_mode = ControlMode::kNone;
+  int poll_secs = 15;
+  std::vector<std::string> load_models;  // explicit mode; "*" means all
+  bool strict_readiness = true;
+  bool exit_on_error = true;
+  bool auto_complete = true;
+  int cpu_cores = 1;
+  size_t max_queue_size = 4096;
+};
+
+struct TensorMetadata {
+  std::string name;
+  DataType datatype;
+  Shape shape;  // -1 for variable dimensions, including the batch dimension
+};
+
+struct ModelMetadata {
+  std::string name;
+  std::vector<std::string> versions;
+  std::string platform;
+  std::vector<TensorMetadata> inputs;
+  std::vector<TensorMetadata> outputs;
+};
+
+struct ModelStatistics {
+  std::string name;
+  std::string version;
+  metrics::ModelStatsSnapshot stats;
+};
+
+class Server {
+ public:
+  Server(ServerOptions options, const backends::BackendRegistry* backends);
+  ~Server();
+
+  // Loads the initial models for the control mode and starts the poller. With exit_on_error,
+  // a model that fails to load fails Start.
+  absl::Status Start();
+  void Shutdown();
+
+  static constexpr std::string_view kName = "inferd";
+  static constexpr std::string_view kVersion = "0.1.0";
+  static const std::vector<std::string>& Extensions();
+
+  bool IsLive() const;
+  bool IsReady() const;
+  bool IsModelReady(std::string_view name, int64_t version) const;
+
+  absl::StatusOr<ModelMetadata> GetModelMetadata(std::string_view name, int64_t version) const;
+  absl::StatusOr<config::ModelConfig> GetModelConfig(std::string_view name,
+                                                     int64_t version) const;
+  // Empty name: every ready model.
+  absl::StatusOr<std::vector<ModelStatistics>> GetStatistics(std::string_view name,
+                                                             int64_t version) const;
+
+  // Takes ownership; `request->on_complete` is called exactly once, on some thread.
+  void Infer(std::unique_ptr<core::InferRequest> request);
+
+  std::vector<repository::IndexEntry> RepositoryIndex(bool ready_only) const;
+  // Run on the loader pool; `done` is called there. Explicit mode only.
+  void LoadModel(std::string name, std::optional<std::string> config_json,
+                 std::function<void(absl::Status)> done);
+  void UnloadModel(std::string name, std::function<void(absl::Status)> done);
+
+ private:
+  void PollLoop();
+
+  const ServerOptions options_;
+  std::unique_ptr<repository::ModelLifecycle> lifecycle_;
+  std::unique_ptr<WorkerPool> loader_;
+  std::thread poller_;
+  absl::Mutex mu_;
+  absl::CondVar stop_cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> live_{false};
+};
+
+}  // namespace inferd::server

@@ -1,0 +1,110 @@
+#include "config/model_config_util.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ModelConfigTest, ParsesTritonQuickStartConfig) {
+  auto cfg = ParseModelConfigText(R"(
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+)", "config.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->max_batch_size(), 8);
+  EXPECT_EQ(cfg->input_size(), 2);
+  EXPECT_EQ(cfg->instance_group(0).count(), 2);
+  EXPECT_EQ(cfg->dynamic_batching().preferred_batch_size(1), 8);
+  EXPECT_EQ(GetParameter(*cfg, "intra_op_thread_count").value_or(""), "1");
+  EXPECT_FALSE(GetParameter(*cfg, "missing").has_value());
+}
+
+TEST(ModelConfigTest, UnknownFieldNamesFileLineAndField) {
+  auto cfg = ParseModelConfigText("name: \"m\"\nmax_batch_size: 1\nbogus_field: 3\n",
+                                  "models/m/config.pbtxt");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cfg.status().message(), HasSubstr("models/m/config.pbtxt:3:"));
+  EXPECT_THAT(cfg.status().message(), HasSubstr("bogus_field"));
+}
+
+TEST(ModelConfigTest, BadEnumValueIsAnError) {
+  auto cfg = ParseModelConfigText("input [ { name: \"x\" data_type: TYPE_FLOAT32 } ]", "c.pbtxt");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(cfg.status().message(), HasSubstr("c.pbtxt:1:"));
+  EXPECT_THAT(cfg.status().message(), HasSubstr("TYPE_FLOAT32"));
+}
+
+TEST(ModelConfigTest, NormalizeFillsDefaults) {
+  ModelConfig cfg;
+  cfg.set_backend("onnxruntime");
+  ASSERT_TRUE(NormalizeAndValidate(&cfg, "m").ok());
+  EXPECT_EQ(cfg.name(), "m");
+  EXPECT_EQ(cfg.platform(), "onnxruntime_onnx");
+  ASSERT_EQ(cfg.instance_group_size(), 1);
+  EXPECT_EQ(cfg.instance_group(0).count(), 1);
+  EXPECT_EQ(cfg.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
+  EXPECT_EQ(cfg.instance_group(0).name(), "m_0");
+  EXPECT_EQ(cfg.version_policy().latest().num_versions(), 1u);
+  EXPECT_EQ(cfg.default_model_filename(), "model.onnx");
+}
+
+TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"name: \"other\" backend: \"identity\"", "must match the directory name"},
+      {"platform: \"onnxruntime_onnx\" backend: \"pytorch\"", "does not match backend"},
+      {"backend: \"identity\" max_batch_size: -2", "max_batch_size"},
+      {"backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [0]}]", "dims must be positive"},
+      {"backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2]}, {name: \"a\" data_type: TYPE_FP32 dims: [2]}]", "declared twice"},
+      {"backend: \"identity\" input [{name: \"a\" dims: [2]}]", "data_type"},
+      {"backend: \"identity\" max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }", "preferred_batch_size 8"},
+      {"backend: \"identity\" dynamic_batching { }", "requires max_batch_size"},
+      {"backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2, 3] reshape: { shape: [5] }}]", "reshape"},
+      {"backend: \"identity\" instance_group [{count: -1}]", "count -1"},
+      {"platform: \"tensorflow_lite\"", "unknown platform"},
+  };
+  for (const auto& c : cases) {
+    auto cfg = ParseModelConfigText(c.text, "config.pbtxt");
+    ASSERT_TRUE(cfg.ok()) << c.text << ": " << cfg.status();
+    absl::Status st = NormalizeAndValidate(&*cfg, "m");
+    EXPECT_FALSE(st.ok()) << c.text;
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.text;
+  }
+}
+
+TEST(ModelConfigTest, JsonPrintsIntegersAsNumbersAndEveryField) {
+  auto cfg = ParseModelConfigText(
+      "name: \"m\" max_batch_size: 4 input [{name: \"a\" data_type: TYPE_FP32 dims: [3, -1]}]",
+      "c");
+  ASSERT_TRUE(cfg.ok());
+  std::string json = ModelConfigToJson(*cfg);
+  EXPECT_THAT(json, HasSubstr("\"dims\":[3,-1]"));
+  EXPECT_THAT(json, HasSubstr("\"data_type\":\"TYPE_FP32\""));
+  EXPECT_THAT(json, HasSubstr("\"max_batch_size\":4"));
+  EXPECT_THAT(json, HasSubstr("\"optional\":false"));
+  auto back = ParseModelConfigJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->input(0).dims(1), -1);
+}
+
+TEST(ModelConfigTest, JsonOverrideRejectsUnknownFields) {
+  auto cfg = ParseModelConfigJson(R"({"name":"m","no_such_field":1})");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(cfg.status().message(), HasSubstr("no_such_field"));
+}
+
+}  // namespace
+}  // namespace inferd::config

@@ -1,0 +1,93 @@
+#include "frontends/http/http_parser.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::http {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HttpParserTest, ParsesRequestWithBody) {
+  std::string raw =
+      "POST /v2/models/simple/infer?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n"
+      "Inference-Header-Content-Length: 2\r\n\r\nabcdNEXT";
+  HttpRequest req;
+  ParseResult r = ParseHttpRequest(raw, {}, &req);
+  ASSERT_EQ(r.state, ParseState::kComplete);
+  EXPECT_EQ(r.consumed, raw.size() - 4);
+  EXPECT_EQ(req.method, "POST");
+  EXPECT_EQ(req.path, "/v2/models/simple/infer");
+  EXPECT_EQ(req.query, "x=1");
+  EXPECT_EQ(req.body, "abcd");
+  EXPECT_TRUE(req.keep_alive);
+  EXPECT_EQ(req.Header("inference-header-content-length").value_or(""), "2");
+  EXPECT_FALSE(req.Header("missing").has_value());
+}
+
+TEST(HttpParserTest, IncompleteHeadersAndBodyNeedMore) {
+  HttpRequest req;
+  EXPECT_EQ(ParseHttpRequest("GET / HTTP/1.1\r\nHost:", {}, &req).state, ParseState::kNeedMore);
+  ParseResult r = ParseHttpRequest(
+      "POST / HTTP/1.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\nabc", {}, &req);
+  EXPECT_EQ(r.state, ParseState::kNeedMore);
+  EXPECT_TRUE(r.headers_complete);
+  EXPECT_TRUE(r.expect_continue);
+  EXPECT_EQ(r.expected_total, r.expected_total);
+}
+
+TEST(HttpParserTest, ConnectionCloseAndHttp10) {
+  HttpRequest req;
+  ASSERT_EQ(ParseHttpRequest("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", {}, &req).state,
+            ParseState::kComplete);
+  EXPECT_FALSE(req.keep_alive);
+  ASSERT_EQ(ParseHttpRequest("GET / HTTP/1.0\r\n\r\n", {}, &req).state, ParseState::kComplete);
+  EXPECT_FALSE(req.keep_alive);
+  ASSERT_EQ(ParseHttpRequest("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", {}, &req).state,
+            ParseState::kComplete);
+  EXPECT_TRUE(req.keep_alive);
+}
+
+TEST(HttpParserTest, RejectsMalformedRequests) {
+  struct Case {
+    std::string raw;
+    int status;
+    const char* message;
+  } cases[] = {
+      {"GARBAGE\r\n\r\n", 400, "request line"},
+      {"GET / HTTP/2.0\r\n\r\n", 505, "HTTP/1"},
+      {"GET nopath HTTP/1.1\r\n\r\n", 400, "absolute path"},
+      {"GET / HTTP/1.1\r\nbad header\r\n\r\n", 400, "header"},
+      {"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "Content-Length"},
+      {"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400, "conflicting"},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "Transfer-Encoding"},
+      {"POST / HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n", 413, "--http-max-input-size"},
+  };
+  for (const auto& c : cases) {
+    HttpRequest req;
+    ParseResult r = ParseHttpRequest(c.raw, {}, &req);
+    EXPECT_EQ(r.state, ParseState::kError) << c.raw;
+    EXPECT_EQ(r.error_status, c.status) << c.raw;
+    EXPECT_THAT(r.error, HasSubstr(c.message)) << c.raw;
+  }
+}
+
+TEST(HttpParserTest, HeaderLimit) {
+  ParserLimits limits;
+  limits.max_header_bytes = 64;
+  HttpRequest req;
+  std::string raw = "GET / HTTP/1.1\r\nX: " + std::string(100, 'a');
+  ParseResult r = ParseHttpRequest(raw, limits, &req);
+  EXPECT_EQ(r.state, ParseState::kError);
+  EXPECT_EQ(r.error_status, 431);
+}
+
+TEST(HttpParserTest, PercentDecode) {
+  EXPECT_EQ(PercentDecode("a%2Fb").value_or(""), "a/b");
+  EXPECT_FALSE(PercentDecode("a%2").has_value());
+  EXPECT_FALSE(PercentDecode("a%zz").has_value());
+  EXPECT_FALSE(PercentDecode("%").has_value());
+}
+
+}  // namespace
+}  // namespace inferd::http

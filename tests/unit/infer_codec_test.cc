@@ -1,0 +1,176 @@
+#include "frontends/http/infer_codec.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::http {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename T>
+std::vector<T> As(std::string_view data) {
+  std::vector<T> v(data.size() / sizeof(T));
+  std::memcpy(v.data(), data.data(), data.size());
+  return v;
+}
+
+TEST(InferCodecTest, NestedAndFlatJsonDataDecodeTheSame) {
+  auto nested = ParseInferRequest(
+      R"({"id":"r1","inputs":[{"name":"x","shape":[2,2],"datatype":"INT32","data":[[1,2],[3,4]]}]})",
+      std::nullopt, nullptr);
+  auto flat = ParseInferRequest(
+      R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"INT32","data":[1,2,3,4]}]})",
+      std::nullopt, nullptr);
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(nested->request->id, "r1");
+  EXPECT_EQ(As<int32_t>(nested->request->inputs[0].data), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(nested->request->inputs[0].data, flat->request->inputs[0].data);
+  EXPECT_EQ(nested->request->inputs[0].shape, (Shape{2, 2}));
+}
+
+TEST(InferCodecTest, BinaryInputsAreViewsIntoTheBody) {
+  std::string json =
+      R"({"inputs":[{"name":"a","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}},)"
+      R"({"name":"b","shape":[1],"datatype":"INT64","parameters":{"binary_data_size":8}}],)"
+      R"("outputs":[{"name":"y","parameters":{"binary_data":true}}]})";
+  std::string body = json;
+  float a[2] = {1.5f, -2.0f};
+  int64_t b = 42;
+  body.append(reinterpret_cast<char*>(a), 8);
+  body.append(reinterpret_cast<char*>(&b), 8);
+  auto parsed = ParseInferRequest(body, json.size(), nullptr);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& req = *parsed->request;
+  EXPECT_EQ(req.inputs[0].data.data(), body.data() + json.size());
+  EXPECT_EQ(As<float>(req.inputs[0].data), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(As<int64_t>(req.inputs[1].data), (std::vector<int64_t>{42}));
+  EXPECT_TRUE(parsed->encoding.IsBinary("y"));
+  EXPECT_FALSE(parsed->encoding.IsBinary("z"));
+}
+
+TEST(InferCodecTest, BytesAndBoolAndFp16FromJson) {
+  auto parsed = ParseInferRequest(
+      R"({"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["hi",""]},)"
+      R"({"name":"b","shape":[2],"datatype":"BOOL","data":[true,false]},)"
+      R"({"name":"h","shape":[2],"datatype":"FP16","data":[1.0,-0.5]}]})",
+      std::nullopt, nullptr);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& in = parsed->request->inputs;
+  EXPECT_EQ(in[0].data, std::string("\x02\x00\x00\x00hi\x00\x00\x00\x00", 10));
+  EXPECT_EQ(in[1].data, std::string("\x01\x00", 2));
+  auto h = As<uint16_t>(in[2].data);
+  EXPECT_EQ(HalfToFloat(h[0]), 1.0f);
+  EXPECT_EQ(HalfToFloat(h[1]), -0.5f);
+}
+
+TEST(InferCodecTest, HalfConversionRoundTrips) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
+  }
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+}
+
+TEST(InferCodecTest, ErrorsNameWhatIsWrong) {
+  struct Case {
+    std::string body;
+    std::optional<size_t> header;
+    const char* message;
+  } cases[] = {
+      {"{not json", std::nullopt, "malformed JSON"},
+      {"[]", std::nullopt, "JSON object"},
+      {R"({"inputs":{}})", std::nullopt, "'inputs' array"},
+      {R"({"inputs":[{"shape":[1],"datatype":"FP32","data":[1]}]})", std::nullopt, "no 'name'"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FLOAT","data":[1]}]})", std::nullopt, "unknown datatype 'FLOAT'"},
+      {R"({"inputs":[{"name":"x","shape":[-1],"datatype":"FP32","data":[1]}]})", std::nullopt, "non-negative"},
+      {R"({"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[1,2]}]})", std::nullopt, "needs 3 elements but 'data' has 2"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","data":[300]}]})", std::nullopt, "out of range"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT32","data":[1.5]}]})", std::nullopt, "not an integer"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":["a"]}]})", std::nullopt, "not a number"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32"}]})", std::nullopt, "neither 'data'"},
+      {R"({"inputs":[{"name":"x","shape":[4611686018427387904,4],"datatype":"FP32","data":[1]}]})", std::nullopt, "too many elements"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":8}}]})", 0, "only 0 bytes"},
+      {"{}", 100, "Inference-Header-Content-Length is 100"},
+  };
+  for (auto& c : cases) {
+    std::string body = c.body;
+    std::optional<size_t> header = c.header;
+    if (header && *header == 0) header = body.size();
+    auto parsed = ParseInferRequest(body, header, nullptr);
+    ASSERT_FALSE(parsed.ok()) << c.body;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.message)) << c.body;
+  }
+}
+
+TEST(InferCodecTest, UnclaimedBinaryBytesAreAnError) {
+  std::string json = R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})";
+  std::string body = json + "junk";
+  auto parsed = ParseInferRequest(body, json.size(), nullptr);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("4 bytes of binary data that no input claims"));
+}
+
+TEST(InferCodecTest, DeepNestingIsRejectedNotACrash) {
+  std::string deep = R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":)";
+  deep += std::string(100000, '[') + "1" + std::string(100000, ']') + "}]}";
+  auto parsed = ParseInferRequest(deep, std::nullopt, nullptr);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("nested too deeply"));
+}
+
+TEST(InferCodecTest, RawBodyBecomesTheOnlyInput) {
+  std::string body(4 * 16 * 3, '\0');
+  auto parsed = ParseRawInferRequest(body, {"INPUT0", DataType::kFp32, {16}, true}, nullptr);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->request->inputs[0].shape, (Shape{3, 16}));
+  EXPECT_TRUE(parsed->encoding.binary_default);
+  auto bad = ParseRawInferRequest(std::string(5, 'x'), {"INPUT0", DataType::kFp32, {16}, true}, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("whole number"));
+}
+
+TEST(InferCodecTest, SerializesJsonAndBinaryOutputs) {
+  core::InferResponse resp;
+  resp.model_name = "m";
+  resp.model_version = 3;
+  resp.id = "abc";
+  auto data = std::make_shared<std::string>();
+  float vals[2] = {0.5f, -1.0f};
+  data->assign(reinterpret_cast<char*>(vals), 8);
+  resp.outputs.push_back({"y", DataType::kFp32, {1, 2}, *data, data});
+  OutputEncoding json_enc;
+  HttpResponse http = SerializeInferResponse(resp, json_enc);
+  EXPECT_EQ(http.content_type, "application/json");
+  EXPECT_EQ(http.body,
+            R"({"model_name":"m","model_version":"3","id":"abc","outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"data":[0.5,-1.0]}]})");
+  OutputEncoding bin_enc;
+  bin_enc.binary_default = true;
+  HttpResponse bin = SerializeInferResponse(resp, bin_enc);
+  EXPECT_EQ(bin.content_type, "application/octet-stream");
+  ASSERT_EQ(bin.tail.size(), 1u);
+  EXPECT_EQ(bin.tail[0], *data);
+  EXPECT_THAT(bin.body, HasSubstr("\"binary_data_size\":8"));
+  ASSERT_EQ(bin.headers.size(), 1u);
+  EXPECT_EQ(bin.headers[0].second, std::to_string(bin.body.size()));
+}
+
+TEST(InferCodecTest, StatusCodes) {
+  EXPECT_EQ(HttpStatusFromStatus(absl::InvalidArgumentError("")), 400);
+  EXPECT_EQ(HttpStatusFromStatus(absl::NotFoundError("")), 404);
+  EXPECT_EQ(HttpStatusFromStatus(absl::UnavailableError("")), 503);
+  EXPECT_EQ(HttpStatusFromStatus(absl::ResourceExhaustedError("")), 507);
+  EXPECT_EQ(HttpStatusFromStatus(absl::AlreadyExistsError("")), 409);
+  EXPECT_EQ(HttpStatusFromStatus(absl::InternalError("")), 500);
+  HttpResponse e = ErrorResponse(absl::NotFoundError("unknown model 'x\"'"));
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.body, R"({"error":"unknown model 'x\"'"})");
+}
+
+}  // namespace
+}  // namespace inferd::http

@@ -1,0 +1,77 @@
+#include "backends/onnxruntime/session_settings.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::backends::ort {
+namespace {
+
+using ::testing::HasSubstr;
+
+config::ModelConfig Config(const std::string& text) {
+  auto cfg = config::ParseModelConfigText("name: \"m\" backend: \"onnxruntime\" " + text, "c");
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+std::string Param(const std::string& key, const std::string& value) {
+  return "parameters { key: \"" + key + "\" value: { string_value: \"" + value + "\" } } ";
+}
+
+TEST(SessionSettingsTest, DefaultsFollowTheThreadBudget) {
+  auto s = SettingsFromConfig(Config(""), /*total_instances=*/1, /*cpu_cores=*/2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->intra_op_threads, 2);
+  EXPECT_EQ(s->inter_op_threads, 1);
+  EXPECT_FALSE(s->allow_spinning);  // 1 x 2 threads already fill 2 cores
+  EXPECT_EQ(s->graph_level, GraphLevel::kAll);
+  auto two = SettingsFromConfig(Config(""), 2, 2);
+  EXPECT_EQ(two->intra_op_threads, 1);
+  auto four = SettingsFromConfig(Config(""), 4, 2);
+  EXPECT_EQ(four->intra_op_threads, 1);
+}
+
+TEST(SessionSettingsTest, EveryKnobIsRead) {
+  auto s = SettingsFromConfig(
+      Config(Param("intra_op_thread_count", "3") + Param("inter_op_thread_count", "2") +
+             Param("execution_mode", "1") + Param("enable_mem_arena", "0") +
+             Param("enable_mem_pattern", "0") + Param("arena_extend_strategy", "1") +
+             Param("memory.enable_memory_arena_shrinkage", "true") +
+             Param("gpu_mem_limit", "1000") + Param("cudnn_conv_algo_search", "1") +
+             Param("do_copy_in_default_stream", "1") + "optimization { graph { level: 1 } }"),
+      1, 8);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->intra_op_threads, 3);
+  EXPECT_EQ(s->inter_op_threads, 2);
+  EXPECT_TRUE(s->parallel_execution);
+  EXPECT_FALSE(s->mem_arena);
+  EXPECT_FALSE(s->mem_pattern);
+  EXPECT_EQ(s->arena_extend_strategy, 1);
+  EXPECT_TRUE(s->arena_shrinkage);
+  EXPECT_EQ(s->graph_level, GraphLevel::kExtended);
+  EXPECT_THAT(s->not_applying, ::testing::ElementsAre("gpu_mem_limit", "cudnn_conv_algo_search",
+                                                      "do_copy_in_default_stream"));
+  EXPECT_THAT(DescribeSettings(*s), HasSubstr("execution_mode=parallel"));
+}
+
+TEST(SessionSettingsTest, GraphLevelMapping) {
+  EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: -1 } }"), 1, 2)->graph_level,
+            GraphLevel::kBasic);
+  EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: 0 } }"), 1, 2)->graph_level,
+            GraphLevel::kAll);
+}
+
+TEST(SessionSettingsTest, BadValuesAreErrors) {
+  EXPECT_THAT(SettingsFromConfig(Config(Param("intra_op_thread_count", "two")), 1, 2).status().message(),
+              HasSubstr("'intra_op_thread_count' must be an integer"));
+  EXPECT_THAT(SettingsFromConfig(Config(Param("execution_mode", "2")), 1, 2).status().message(),
+              HasSubstr("execution_mode"));
+  EXPECT_THAT(SettingsFromConfig(Config(Param("enable_mem_arena", "maybe")), 1, 2).status().message(),
+              HasSubstr("enable_mem_arena"));
+  EXPECT_THAT(SettingsFromConfig(Config("optimization { execution_accelerators { cpu_execution_accelerator [ { name: \"openvino\" } ] } }"), 1, 2)
+                  .status().message(),
+              HasSubstr("openvino"));
+}
+
+}  // namespace
+}  // namespace inferd::backends::ort
