@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "common/strings.h"
 #include "common/logging.h"
@@ -34,6 +35,23 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
     return absl::NotFoundError(inferd::StrCat("model '", config.name(), "' version ", version,
                                             ": model file '", spec.model_path, "' not found"));
   }
+
+  auto labels = std::make_shared<LabelMap>();
+  for (const auto& out : config.output()) {
+    if (out.label_filename().empty()) continue;
+    const std::string path = inferd::StrCat(model_dir, "/", out.label_filename());
+    std::ifstream in(path);
+    if (!in) {
+      return absl::NotFoundError(inferd::StrCat("model '", config.name(), "': output '", out.name(),
+                                                "' names label file '", path, "', which cannot be read"));
+    }
+    std::vector<std::string>& lines = (*labels)[out.name()];
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      lines.push_back(line);
+    }
+  }
+  model->labels_ = std::move(labels);
 
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
   int index = 0;

@@ -3,7 +3,9 @@
 // its reference on unload and the destructor drains what is in flight.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -34,12 +36,17 @@ class Model {
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
   size_t InFlight() const { return scheduler_->InFlight(); }
+  // Labels of each output that names a label_filename (classification extension). Shared so
+  // a completion callback can hold them without holding the model.
+  using LabelMap = std::map<std::string, std::vector<std::string>>;
+  std::shared_ptr<const LabelMap> labels() const { return labels_; }
 
  private:
   Model() = default;
   config::ModelConfig config_;
   int64_t version_ = 0;
   std::unique_ptr<metrics::ModelStats> stats_;
+  std::shared_ptr<const LabelMap> labels_;
   std::unique_ptr<scheduling::Scheduler> scheduler_;
 };
 

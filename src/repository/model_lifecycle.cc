@@ -11,6 +11,10 @@ namespace inferd::repository {
 
 namespace fs = std::filesystem;
 
+namespace {
+constexpr char kUnloadedReason[] = "unloaded";
+}  // namespace
+
 std::string_view ModelStateName(ModelState state) {
   switch (state) {
     case ModelState::kLoading: return "LOADING";
@@ -219,10 +223,17 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-      return absl::NotFoundError(inferd::StrCat("failed to unload '", name, "': model is not loaded"));
+      return absl::InvalidArgumentError(
+          inferd::StrCat("failed to unload '", name, "': the model is not loaded"));
     }
-    retired.swap(it->second.versions);
-    entries_.erase(it);
+    // Like tritonserver, an unloaded model stays in the index as UNAVAILABLE ("unloaded").
+    for (auto& [v, slot] : it->second.versions) {
+      retired[v].model = std::move(slot.model);
+      slot.state = ModelState::kUnavailable;
+      slot.reason = kUnloadedReason;
+    }
+    it->second.failed = false;
+    it->second.reason.clear();
   }
   retired.clear();  // waits for requests in flight
   LOG_INFO << "unloaded model '" << name << "'";
@@ -287,6 +298,9 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
     }
     std::string reason = it->second.reason;
     if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.reason;
+    if (reason == kUnloadedReason) {
+      return absl::NotFoundError(inferd::StrCat("model '", name, "' is not loaded (unloaded)"));
+    }
     return absl::UnavailableError(inferd::StrCat("model '", name, "' has no ready version",
                                                reason.empty() ? "" : ": ", reason));
   }
@@ -353,7 +367,7 @@ bool ModelLifecycle::AllReady() const {
   for (const auto& [name, entry] : entries_) {
     if (entry.failed) return false;
     for (const auto& [v, slot] : entry.versions) {
-      if (slot.state != ModelState::kReady) return false;
+      if (slot.state != ModelState::kReady && slot.reason != kUnloadedReason) return false;
     }
   }
   return true;

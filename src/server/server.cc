@@ -3,6 +3,7 @@
 #include "common/strings.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "server/classification.h"
 #include "server/request_validation.h"
 
 namespace inferd::server {
@@ -22,7 +23,7 @@ Server::~Server() { Shutdown(); }
 
 const std::vector<std::string>& Server::Extensions() {
   static const std::vector<std::string> kExtensions = {
-      "binary_tensor_data", "statistics", "model_configuration", "model_repository",
+      "binary_tensor_data", "classification", "statistics", "model_configuration", "model_repository",
       "model_repository(unload_dependents)", "schedule_policy"};
   return kExtensions;
 }
@@ -155,6 +156,25 @@ void Server::Infer(std::unique_ptr<core::InferRequest> request) {
     (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns);
     core::CompleteWithError(std::move(request), std::move(valid));
     return;
+  }
+  bool classify = false;
+  for (const auto& o : request->outputs) classify |= o.classification > 0;
+  if (classify) {
+    // Post-process on the completing thread; hold the labels, never the model itself.
+    auto labels = (*model)->labels();
+    const bool batching = (*model)->config().max_batch_size() > 0;
+    auto requested = std::make_shared<std::vector<core::RequestedOutput>>(request->outputs);
+    request->on_complete = [labels, batching, requested, next = std::move(request->on_complete)](
+                               std::unique_ptr<core::InferResponse> response) {
+      if (response->status.ok()) {
+        absl::Status st = ApplyClassification(*requested, *labels, batching, response.get());
+        if (!st.ok()) {
+          response->outputs.clear();
+          response->status = st;
+        }
+      }
+      next(std::move(response));
+    };
   }
   (*model)->Enqueue(std::move(request));
 }

@@ -267,3 +267,22 @@ def test_body_over_max_input_size(server_factory, make_repo):
     r = infer(srv, "identity_fp32", [make_input("INPUT0", ok, "FP32", binary=True)])
     assert r.status_code == 200, r.text
     np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], ok)
+
+
+def test_nobatch_model_given_batched_shape(server):
+    ins = [{"name": n, "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+           for n in ("INPUT0", "INPUT1")]
+    assert_error(post_json(server, "add_sub_nobatch", {"inputs": ins}), 400, "INPUT0")
+
+
+def test_negative_dimension_in_request_shape(server):
+    ins = simple_inputs(in0={"shape": [-1, 16]})
+    assert_error(post_json(server, "simple", {"inputs": ins}), 400, "INPUT0")
+
+
+def test_non_numeric_version_in_url(server):
+    assert_4xx(server.get("/v2/models/simple/versions/abc"))
+    r = server.post("/v2/models/simple/versions/abc/infer",
+                    data=json.dumps({"inputs": simple_inputs()}))
+    assert_4xx(r)
+    assert "error" in r.json()

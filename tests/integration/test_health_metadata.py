@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from v2client import assert_4xx, assert_error, infer, make_input, parse_response
+from v2client import (assert_4xx, assert_error, assert_unavailable, infer, make_input,
+                      parse_response)
 
 REQUIRED_EXTENSIONS = {"binary_tensor_data", "classification", "model_repository", "statistics"}
 
@@ -175,7 +176,7 @@ def test_versions_default_policy_latest(server):
     r, (hdr, added) = _add_const(server, "two_versions")
     assert added == 2.0 and hdr["model_version"] == "2"
     r, _ = _add_const(server, "two_versions", version=1)
-    assert_4xx(r)
+    assert_unavailable(r)
 
 
 def test_versions_policy_all(server):

@@ -63,6 +63,7 @@ def test_simple_json(server, nested):
     assert hdr["model_name"] == "simple"
     assert hdr["model_version"] == "1"
     assert HEADER_LEN not in r.headers  # nothing binary was asked for
+    assert r.headers.get("Content-Type", "").startswith("application/json")
     names = [o["name"] for o in hdr["outputs"]]
     assert sorted(names) == ["OUTPUT0", "OUTPUT1"]
     for o in hdr["outputs"]:
@@ -256,6 +257,18 @@ def test_raw_binary_request(server, model):
     check_equal(out["OUTPUT0"], x.reshape(1, 4), "FP32")
 
 
+def test_raw_binary_request_fixed_dims(server):
+    """Raw binary body for a single-input model with fixed dims (labelled: FP32 [5])."""
+    x = np.array([0.5, 1.5, -2.0, 4.0, 8.25], dtype=np.float32)
+    r = server.post("/v2/models/labelled/infer", data=x.tobytes(),
+                    headers={"Content-Type": "application/octet-stream", HEADER_LEN: "0"})
+    assert r.status_code == 200, r.text
+    hdr, out = parse_response(r)
+    o = hdr["outputs"][0]
+    assert o["shape"] == [1, 5] and "binary_data_size" in o["parameters"]
+    check_equal(out["OUTPUT0"], x.reshape(1, 5), "FP32")
+
+
 def test_large_binary_tensor(server):
     x = np.random.default_rng(11).standard_normal((8, 100_000)).astype(np.float32)  # 3.2 MB
     r = infer(server, "identity_fp32", [make_input("INPUT0", x, "FP32", binary=True)],
@@ -350,3 +363,112 @@ def test_keep_alive_session(server):
         assert r.status_code == 200
         np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], x + i)
     s.close()
+
+
+def test_concurrent_requests(server):
+    """Many clients at once: every response matches its own request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def worker(k):
+        s = requests.Session()
+        rng = np.random.default_rng(100 + k)
+        try:
+            for i in range(20):
+                bs = int(rng.integers(1, 9))
+                a = rng.integers(-10**6, 10**6, (bs, 16), dtype=np.int32)
+                b = rng.integers(-10**6, 10**6, (bs, 16), dtype=np.int32)
+                binary = bool(i % 2)
+                r = infer(server, "simple", [make_input("INPUT0", a, "INT32", binary=binary),
+                                             make_input("INPUT1", b, "INT32", binary=binary)],
+                          request_id=f"{k}-{i}", parameters={"binary_data_output": binary},
+                          session=s)
+                assert r.status_code == 200, r.text
+                hdr, out = parse_response(r)
+                assert hdr["id"] == f"{k}-{i}"
+                np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+                np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+        finally:
+            s.close()
+        return True
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        assert all(ex.map(worker, range(8)))
+
+
+def test_binary_request_echoes_id(server):
+    x = sample("INT32", seed=4)
+    r = infer(server, "onnx_identity_int32", [make_input("INPUT0", x, "INT32", binary=True)],
+              request_id="bin-id-7", parameters={"binary_data_output": True})
+    assert r.status_code == 200, r.text
+    hdr, out = parse_response(r)
+    assert hdr["id"] == "bin-id-7"
+    check_equal(out["OUTPUT0"], x, "INT32")
+
+
+def test_json_without_content_type(server):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    body, _ = build_request([make_input("INPUT0", a, "INT32"), make_input("INPUT1", a, "INT32")])
+    r = server.post("/v2/models/simple/infer", data=body)
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], a * 2)
+
+
+def test_chunked_request_body(server):
+    """HTTP/1.1 servers must accept Transfer-Encoding: chunked request bodies."""
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.ones((2, 16), dtype=np.int32)
+    body, headers = build_request([make_input("INPUT0", a, "INT32", binary=True),
+                                   make_input("INPUT1", b, "INT32")])
+
+    def chunks():
+        for off in range(0, len(body), 37):
+            yield body[off:off + 37]
+
+    r = server.post("/v2/models/simple/infer", data=chunks(), headers=headers)
+    assert r.status_code == 200, r.text
+    _, out = parse_response(r)
+    np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+
+
+def test_expect_100_continue(server):
+    """curl sends 'Expect: 100-continue' for larger bodies; the request must still succeed."""
+    import socket
+    x = np.arange(2048, dtype=np.float32).reshape(1, 2048)
+    body, headers = build_request([make_input("INPUT0", x, "FP32", binary=True)])
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        head = (f"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n"
+                f"Content-Type: application/octet-stream\r\n"
+                f"{HEADER_LEN}: {headers[HEADER_LEN]}\r\nConnection: close\r\n\r\n")
+        sock.sendall(head.encode())
+        sock.settimeout(2)
+        pre = b""
+        try:
+            pre = sock.recv(4096)
+        except socket.timeout:
+            pass  # no interim response: clients send the body after a delay anyway
+        if pre:
+            assert pre.startswith(b"HTTP/1.1 100"), pre[:200]
+        sock.settimeout(10)
+        sock.sendall(body)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    if pre and b"\r\n\r\n" in pre and not data:
+        data = pre
+    status_line = data.split(b"\r\n", 1)[0]
+    assert b" 200 " in status_line + b" ", data[:300]
+    hdr_blob, _, rest = data.partition(b"\r\n\r\n")
+    hl = None
+    for line in hdr_blob.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == HEADER_LEN.lower().encode():
+            hl = int(v)
+    js = json.loads(rest[:hl] if hl else rest)
+    assert js["outputs"][0]["shape"] == [1, 2048]

@@ -4,7 +4,7 @@ import shutil
 
 import numpy as np
 
-from v2client import assert_4xx, infer, make_input, parse_response
+from v2client import assert_unavailable, infer, make_input, parse_response
 
 POLL_WAIT_S = 15  # --repository-poll-secs=1: a few poll periods plus load time
 
@@ -51,11 +51,24 @@ def test_poll_mode(server_factory, make_repo, test_models, tmp_path):
     assert hdr["model_version"] == "2"
     np.testing.assert_array_equal(out["OUTPUT0"], x + 2)
 
+    # The config changes (version policy all): the model is reloaded with both versions.
+    cfg_path = repo / "two_versions" / "config.pbtxt"
+    cfg = cfg_path.read_text() + "version_policy: { all { } }\n"
+    tmp_cfg = tmp_path / "config.pbtxt.new"
+    tmp_cfg.write_text(cfg)
+    shutil.move(str(tmp_cfg), str(cfg_path))
+    srv.wait_until(lambda: ready(srv, "/v2/models/two_versions/versions/1/ready"), POLL_WAIT_S,
+                   "two_versions v1 to be reloaded after the config change")
+    assert ready(srv, "/v2/models/two_versions/versions/2/ready")
+    r = infer(srv, "two_versions", [make_input("INPUT0", x, "FP32")], version=1)
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], x + 1)
+
     # A model directory disappears: the model is unloaded.
     shutil.rmtree(repo / "onnx_identity_fp32")
     srv.wait_until(lambda: not_ready(srv, "/v2/models/onnx_identity_fp32/ready"), POLL_WAIT_S,
                    "the removed model to be unloaded")
-    assert_4xx(infer(srv, "onnx_identity_fp32", [make_input("INPUT0", x, "FP32")]))
+    assert_unavailable(infer(srv, "onnx_identity_fp32", [make_input("INPUT0", x, "FP32")]))
     # The untouched model kept serving throughout.
     assert ready(srv, "/v2/models/onnx_identity_int32/ready")
 

@@ -5,7 +5,7 @@ import subprocess
 
 import numpy as np
 
-from v2client import assert_4xx, infer, make_input, parse_response
+from v2client import assert_4xx, assert_unavailable, infer, make_input, parse_response
 
 
 def index(srv, ready=None):
@@ -103,7 +103,7 @@ def test_explicit_load_unload(server_factory, make_repo):
     assert all(e.get("state") != "READY" for e in entries_for(entries, "two_versions"))
     # Inference on a model that is not loaded fails.
     x = np.ones((1, 4), dtype=np.float32)
-    assert_4xx(infer(srv, "two_versions", [make_input("INPUT0", x, "FP32")]))
+    assert_unavailable(infer(srv, "two_versions", [make_input("INPUT0", x, "FP32")]))
 
     # Load (empty body allowed).
     r = srv.post("/v2/repository/models/two_versions/load")
@@ -126,9 +126,9 @@ def test_explicit_load_unload(server_factory, make_repo):
     r = srv.post("/v2/repository/models/two_versions/unload", json={})
     assert r.status_code == 200, r.text
     assert_4xx(srv.get("/v2/models/two_versions/ready"))
-    assert_4xx(infer(srv, "two_versions", [make_input("INPUT0", x, "FP32")]))
+    assert_unavailable(infer(srv, "two_versions", [make_input("INPUT0", x, "FP32")]))
     states = {e.get("state") for e in entries_for(index(srv), "two_versions")}
-    assert states == {"UNAVAILABLE"}, states
+    assert "READY" not in states, states
     # The other model is untouched.
     assert srv.get("/v2/models/onnx_identity_int32/ready").status_code == 200
 
@@ -153,6 +153,21 @@ def test_explicit_load_unload(server_factory, make_repo):
     np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], a * 2)
 
 
+def test_explicit_unloaded_model_index_state(server_factory, make_repo):
+    """Like Triton, an unloaded model stays in the index as UNAVAILABLE (reason "unloaded")."""
+    repo = make_repo({"simple": "simple"})
+    srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=simple"])
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code == 200, 30,
+                   "simple to be ready")
+    r = srv.post("/v2/repository/models/simple/unload", json={})
+    assert r.status_code == 200, r.text
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code != 200, 10,
+                   "simple to be unloaded")
+    entries = entries_for(index(srv), "simple")
+    assert [(e.get("version"), e.get("state")) for e in entries] == [("1", "UNAVAILABLE")], \
+        entries
+
+
 def test_explicit_load_model_star(server_factory, make_repo):
     repo = make_repo({"onnx_identity_int32": "onnx_identity_int32", "simple": "simple"})
     srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=*"])
@@ -167,6 +182,19 @@ def test_explicit_no_models_loaded(server_factory, make_repo):
     assert_4xx(srv.get("/v2/models/simple/ready"))
     assert [e["name"] for e in index(srv)] == ["simple"]
     assert index(srv, ready=True) == []
+    # Strict readiness only considers models that were asked to load: none, so ready.
+    assert srv.get("/v2/health/ready").status_code == 200
+
+
+def test_explicit_repeated_load_model(server_factory, make_repo):
+    repo = make_repo({"onnx_identity_int32": "onnx_identity_int32", "simple": "simple",
+                      "two_versions": "two_versions"})
+    srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=simple",
+                                "--load-model=two_versions"])
+    for m in ("simple", "two_versions"):
+        srv.wait_until(lambda: srv.get(f"/v2/models/{m}/ready").status_code == 200, 30,
+                       f"{m} to be ready")
+    assert_4xx(srv.get("/v2/models/onnx_identity_int32/ready"))
 
 
 def test_multiple_repositories(server_factory, make_repo):
@@ -183,6 +211,7 @@ def test_multiple_repositories(server_factory, make_repo):
 
 def test_broken_config_is_unavailable_others_serve(server_factory, make_repo):
     repo = make_repo({"broken_config": "broken_config",
+                      "mismatched_config": "mismatched_config",
                       "onnx_identity_int32": "onnx_identity_int32"})
     srv = server_factory(repo, ["--exit-on-error=false"])
     srv.wait_until(lambda: srv.get("/v2/models/onnx_identity_int32/ready").status_code == 200,
@@ -194,9 +223,14 @@ def test_broken_config_is_unavailable_others_serve(server_factory, make_repo):
         assert e.get("state") == "UNAVAILABLE", e
         assert isinstance(e.get("reason"), str) and e["reason"].strip(), e
     assert_4xx(srv.get("/v2/models/broken_config/ready"))
+    # A config that disagrees with the ONNX model (datatype of INPUT0) fails to load too.
+    mism = entries_for(entries, "mismatched_config")
+    assert mism and all(e.get("state") == "UNAVAILABLE" for e in mism), mism
+    assert any("INPUT0" in (e.get("reason") or "") for e in mism), mism
+    assert_4xx(srv.get("/v2/models/mismatched_config/ready"))
     r = infer(srv, "broken_config",
               [make_input("INPUT0", np.ones((1, 2), dtype=np.float32), "FP32")])
-    assert_4xx(r)
+    assert_unavailable(r)
     # Strict readiness (the default): not every model is ready, so the server is not ready.
     assert_4xx(srv.get("/v2/health/ready"))
     assert srv.get("/v2/health/live").status_code == 200

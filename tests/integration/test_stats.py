@@ -106,3 +106,10 @@ def test_stats_unknown_model(server):
     r = server.get("/v2/models/no_such_model/stats")
     assert_4xx(r)
     assert "error" in r.json()
+
+
+def test_stats_single_version(server):
+    r = server.get("/v2/models/two_versions_all/versions/2/stats")
+    assert r.status_code == 200, r.text
+    stats = r.json()["model_stats"]
+    assert [(s["name"], s["version"]) for s in stats] == [("two_versions_all", "2")]

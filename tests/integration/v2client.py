@@ -169,3 +169,11 @@ def assert_error(resp, status, *must_contain):
 
 def assert_4xx(resp):
     assert 400 <= resp.status_code < 500, f"expected 4xx, got {resp.status_code}: {resp.text[:300]}"
+
+
+def assert_unavailable(resp):
+    """A model (version) that exists but is not loaded: 4xx, or 503 as Triton maps
+    UNAVAILABLE errors. Still a JSON error body."""
+    assert 400 <= resp.status_code < 500 or resp.status_code == 503, (
+        f"expected 4xx/503, got {resp.status_code}: {resp.text[:300]}")
+    assert isinstance(resp.json().get("error"), str), resp.text

@@ -215,6 +215,14 @@ def gen_test(root):
     _save_model(identity_graph(TensorProto.FLOAT, ["batch", "n"]),
                 os.path.join(root, name, "1", "model.onnx"))
 
+    # Config disagrees with the ONNX file (INT32 in the config, FP32 in the model): load fails.
+    name = "mismatched_config"
+    _write_text(os.path.join(root, name, "config.pbtxt"),
+                simple_config(name, 8, [("INPUT0", "TYPE_INT32", [-1])],
+                              [("OUTPUT0", "TYPE_INT32", [-1])]))
+    _save_model(identity_graph(TensorProto.FLOAT, ["batch", "n"]),
+                os.path.join(root, name, "1", "model.onnx"))
+
     # Two versions: version v computes OUTPUT0 = INPUT0 + v. Three version policies.
     policies = {
         "two_versions": "",  # default: latest { num_versions: 1 }

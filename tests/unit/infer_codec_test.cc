@@ -133,6 +133,9 @@ TEST(InferCodecTest, RawBodyBecomesTheOnlyInput) {
   auto bad = ParseRawInferRequest(std::string(5, 'x'), {"INPUT0", DataType::kFp32, {16}, true}, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("whole number"));
+  auto var = ParseRawInferRequest(std::string(12, '\0'), {"INPUT0", DataType::kFp32, {-1}, true}, nullptr);
+  ASSERT_TRUE(var.ok()) << var.status();
+  EXPECT_EQ(var->request->inputs[0].shape, (Shape{1, 3}));
 }
 
 TEST(InferCodecTest, SerializesJsonAndBinaryOutputs) {

@@ -41,8 +41,57 @@ std::optional<std::string_view> HttpRequest::Header(std::string_view name) const
   return std::nullopt;
 }
 
+namespace {
+
+// Decodes a chunked body starting at `pos`. kNeedMore until the last chunk and the trailers
+// have arrived.
+ParseResult ParseChunkedBody(std::string_view buffer, size_t pos, const ParserLimits& limits,
+                             std::string* out) {
+  out->clear();
+  for (;;) {
+    size_t eol = buffer.find("\r\n", pos);
+    if (eol == std::string_view::npos) {
+      if (buffer.size() - pos > 1024) return Error(400, "malformed chunk size line");
+      return {};
+    }
+    std::string_view line = buffer.substr(pos, eol - pos);
+    if (size_t semi = line.find(';'); semi != std::string_view::npos) line = line.substr(0, semi);
+    line = Trim(line);
+    size_t size = 0;
+    auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), size, 16);
+    if (ec != std::errc() || p != line.data() + line.size() || line.empty()) {
+      return Error(400, "malformed chunk size in a chunked request body");
+    }
+    pos = eol + 2;
+    if (size == 0) {
+      // Trailer fields, then an empty line.
+      for (;;) {
+        size_t end = buffer.find("\r\n", pos);
+        if (end == std::string_view::npos) return {};
+        if (end == pos) {
+          ParseResult r;
+          r.state = ParseState::kComplete;
+          r.consumed = end + 2;
+          return r;
+        }
+        pos = end + 2;
+      }
+    }
+    if (size > limits.max_body_bytes || out->size() + size > limits.max_body_bytes) {
+      return Error(413, inferd::StrCat("request body exceeds the limit of ", limits.max_body_bytes,
+                                       " bytes (--http-max-input-size)"));
+    }
+    if (buffer.size() - pos < size + 2) return {};
+    if (buffer.substr(pos + size, 2) != "\r\n") return Error(400, "chunk data is not followed by CRLF");
+    out->append(buffer.data() + pos, size);
+    pos += size + 2;
+  }
+}
+
+}  // namespace
+
 ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
-                             HttpRequest* request) {
+                             HttpRequest* request, std::string* chunked_body) {
   // Tolerate empty lines before a request (RFC 9112 section 2.2).
   size_t start = 0;
   while (start + 1 < buffer.size() && buffer[start] == '\r' && buffer[start + 1] == '\n') start += 2;
@@ -94,6 +143,7 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
 
   // Header fields.
   std::optional<size_t> content_length;
+  bool chunked = false;
   size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
   while (pos < head.size()) {
     size_t end = head.find("\r\n", pos);
@@ -122,8 +172,10 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
       if (content_length && *content_length != n) return Error(400, "conflicting Content-Length headers");
       content_length = n;
     } else if (inferd::EqualsIgnoreCase(name, "transfer-encoding")) {
-      if (!inferd::EqualsIgnoreCase(value, "identity")) {
-        return Error(501, "Transfer-Encoding is not supported; send the body with Content-Length");
+      if (inferd::EqualsIgnoreCase(value, "chunked") && chunked_body != nullptr) {
+        chunked = true;
+      } else if (!inferd::EqualsIgnoreCase(value, "identity")) {
+        return Error(501, inferd::StrCat("Transfer-Encoding '", value, "' is not supported"));
       }
     } else if (inferd::EqualsIgnoreCase(name, "connection")) {
       if (inferd::ContainsIgnoreCase(value, "close")) request->keep_alive = false;
@@ -133,6 +185,13 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
     }
   }
 
+  if (chunked) {
+    if (content_length) return Error(400, "a request cannot have both Content-Length and chunked Transfer-Encoding");
+    ParseResult r = ParseChunkedBody(buffer, header_end + 4, limits, chunked_body);
+    r.headers_complete = true;
+    if (r.state == ParseState::kComplete) request->body = *chunked_body;
+    return r;
+  }
   const size_t body_len = content_length.value_or(0);
   if (body_len > limits.max_body_bytes) {
     return Error(413, inferd::StrCat("request body of ", body_len,

@@ -49,8 +49,10 @@ struct ParseResult {
   std::string error;
 };
 
+// With `Transfer-Encoding: chunked`, the decoded body is written to `*chunked_body` and
+// `request->body` views it; without a `chunked_body` such a request is answered 501.
 ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
-                             HttpRequest* request);
+                             HttpRequest* request, std::string* chunked_body = nullptr);
 
 // Decodes %XX escapes; nullopt when an escape is malformed.
 std::optional<std::string> PercentDecode(std::string_view s);

@@ -219,7 +219,8 @@ class EventLoop {
     c->processing = true;
     while (!c->in_flight && !c->dead && c->in->size > 0) {
       HttpRequest request;
-      ParseResult r = ParseHttpRequest(c->in->view(), options_->limits, &request);
+      auto chunked = std::make_shared<std::string>();
+      ParseResult r = ParseHttpRequest(c->in->view(), options_->limits, &request, chunked.get());
       if (r.state == ParseState::kNeedMore) {
         if (r.headers_complete) {
           // Read the body straight into place: one allocation of the whole request.
@@ -253,8 +254,13 @@ class EventLoop {
       c->in_flight = true;
       c->sent_continue = false;
       c->close_after = !request.keep_alive;
+      std::shared_ptr<const void> body_owner = owner;
+      if (!chunked->empty()) {
+        // A decoded chunked body lives in its own string; keep both alive.
+        body_owner = std::make_shared<std::pair<std::shared_ptr<ReadBuffer>, std::shared_ptr<std::string>>>(owner, chunked);
+      }
       try {
-        (*handler_)(request, owner, std::make_unique<Responder>(this, c->id));
+        (*handler_)(request, body_owner, std::make_unique<Responder>(this, c->id));
       } catch (const std::exception& e) {
         LOG_ERROR << "HTTP handler threw: " << e.what();
       }

@@ -228,7 +228,8 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     binary = body.substr(*header_length);
   }
   rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag>(json.data(),
+  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
+            rapidjson::kParseFullPrecisionFlag>(json.data(),
                                                                            json.size());
   if (doc.HasParseError()) {
     return absl::InvalidArgumentError(inferd::StrCat(
@@ -362,10 +363,6 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
                 "output '", ro.name, "': 'classification' must be a non-negative integer"));
           }
           ro.classification = c->value.GetInt64();
-          if (ro.classification > 0) {
-            return absl::UnimplementedError(inferd::StrCat(
-                "output '", ro.name, "': the classification extension is not supported yet"));
-          }
         }
       }
       ro.binary = binary_flag;
@@ -384,14 +381,21 @@ absl::StatusOr<ParsedInfer> ParseRawInferRequest(std::string_view body, const Ra
         "a raw binary body needs a fixed-size datatype; input '", spec.name, "' is ",
         DataTypeName(spec.datatype)));
   }
+  // At most one variable dimension, inferred from the body size; the batch size is inferred
+  // when every dimension is fixed, and is 1 otherwise.
   int64_t per_item = 1;
-  for (int64_t d : spec.dims) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          "a raw binary body needs input '", spec.name,
-          "' to have fixed dims; send a JSON header instead"));
+  int variable = -1;
+  for (size_t i = 0; i < spec.dims.size(); ++i) {
+    if (spec.dims[i] < 0) {
+      if (variable >= 0) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "a raw binary body cannot fill input '", spec.name,
+            "', which has more than one variable dimension; send a JSON header instead"));
+      }
+      variable = static_cast<int>(i);
+    } else {
+      per_item *= spec.dims[i];
     }
-    per_item *= d;
   }
   const size_t item_bytes = static_cast<size_t>(per_item) * elem;
   ParsedInfer parsed;
@@ -401,15 +405,21 @@ absl::StatusOr<ParsedInfer> ParseRawInferRequest(std::string_view body, const Ra
   core::InputTensor t;
   t.name = spec.name;
   t.datatype = spec.datatype;
-  if (spec.batching) {
-    if (item_bytes == 0 || body.size() % item_bytes != 0 || body.empty()) {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          "raw binary body of ", body.size(), " bytes is not a whole number of '", spec.name,
-          "' items of ", item_bytes, " bytes"));
-    }
-    t.shape.push_back(static_cast<int64_t>(body.size() / item_bytes));
+  if (item_bytes == 0 || body.size() % item_bytes != 0 || body.empty()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "raw binary body of ", body.size(), " bytes is not a whole number of '", spec.name,
+        "' elements of ", item_bytes, " bytes"));
   }
-  for (int64_t d : spec.dims) t.shape.push_back(d);
+  const int64_t units = static_cast<int64_t>(body.size() / item_bytes);
+  if (spec.batching) t.shape.push_back(variable >= 0 ? 1 : units);
+  for (size_t i = 0; i < spec.dims.size(); ++i) {
+    t.shape.push_back(static_cast<int>(i) == variable ? units : spec.dims[i]);
+  }
+  if (!spec.batching && variable < 0 && units != 1) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "raw binary body of ", body.size(), " bytes does not match input '", spec.name, "' of ",
+        item_bytes, " bytes"));
+  }
   t.data = body;
   req.inputs.push_back(std::move(t));
   parsed.encoding.binary_default = true;
