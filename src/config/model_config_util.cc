@@ -367,6 +367,20 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
           "model '", model_name,
           "': dynamic_batching requires max_batch_size >= 1 (the model must support batching)"));
     }
+    const auto& db = config->dynamic_batching();
+    if (db.priority_levels() > 0 &&
+        (db.default_priority_level() < 1 || db.default_priority_level() > db.priority_levels())) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", model_name, "': dynamic_batching.default_priority_level must be between 1 and priority_levels (",
+          db.priority_levels(), "), got ", db.default_priority_level()));
+    }
+    for (const auto& [level, policy] : db.priority_queue_policy()) {
+      if (level < 1 || level > db.priority_levels()) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", model_name, "': dynamic_batching.priority_queue_policy has level ", level,
+            ", outside 1..priority_levels (", db.priority_levels(), ")"));
+      }
+    }
     for (int32_t size : config->dynamic_batching().preferred_batch_size()) {
       if (size < 1 || size > config->max_batch_size()) {
         return absl::InvalidArgumentError(inferd::StrCat(

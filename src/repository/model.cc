@@ -3,12 +3,91 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <random>
 
 #include "common/strings.h"
 #include "common/logging.h"
+#include "scheduling/dynamic_batcher.h"
 #include "scheduling/instance_pool_scheduler.h"
 
 namespace inferd::repository {
+namespace {
+
+// Builds the request a model_warmup sample describes (Triton's rules: dims exclude the batch
+// dimension; zero_data, random_data, or a file under <model>/warmup/ repeated per batch item).
+absl::Status BuildWarmupRequest(const config::ModelConfig& config, const std::string& model_dir,
+                                const inference::ModelWarmup& sample, core::InferRequest* req) {
+  const bool batching = config.max_batch_size() > 0;
+  const int64_t batch = std::max<uint32_t>(1, sample.batch_size());
+  if (!batching && batch != 1) {
+    return absl::InvalidArgumentError(StrCat("warmup '", sample.name(),
+                                             "': batch_size must be 1 for a model that does not batch"));
+  }
+  req->batch_size = batch;
+  std::mt19937 rng(42);
+  for (const auto& [name, in] : sample.inputs()) {
+    const DataType type = config::FromProto(in.data_type());
+    Shape item(in.dims().begin(), in.dims().end());
+    auto count = ElementCount(item);
+    if (!count.ok() || type == DataType::kInvalid) {
+      return absl::InvalidArgumentError(StrCat("warmup '", sample.name(), "' input '", name,
+                                               "': invalid data_type or dims"));
+    }
+    std::string one;
+    if (in.has_input_data_file()) {
+      const std::string path = StrCat(model_dir, "/warmup/", in.input_data_file());
+      std::ifstream f(path, std::ios::binary);
+      if (!f) {
+        return absl::NotFoundError(StrCat("warmup '", sample.name(), "' input '", name,
+                                          "': cannot read '", path, "'"));
+      }
+      one.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    } else if (type == DataType::kBytes) {
+      for (int64_t i = 0; i < *count; ++i) one.append(4, '\0');  // empty strings
+    } else {
+      one.assign(static_cast<size_t>(*count) * DataTypeSize(type), '\0');
+      if (in.has_random_data()) {
+        for (auto& c : one) c = static_cast<char>(rng() & (type == DataType::kBool ? 1 : 0x3f));
+      }
+    }
+    std::string& data = req->owned.emplace_back();
+    for (int64_t b = 0; b < batch; ++b) data.append(one);
+    core::InputTensor t;
+    t.name = name;
+    t.datatype = type;
+    if (batching) t.shape.push_back(batch);
+    t.shape.insert(t.shape.end(), item.begin(), item.end());
+    t.data = data;
+    req->inputs.push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunWarmup(const config::ModelConfig& config, const std::string& model_dir,
+                       backends::ModelInstance* instance, size_t index) {
+  for (const auto& sample : config.model_warmup()) {
+    const uint32_t count = std::max<uint32_t>(1, sample.count());
+    for (uint32_t i = 0; i < count; ++i) {
+      core::InferRequest req;
+      absl::Status st = BuildWarmupRequest(config, model_dir, sample, &req);
+      if (!st.ok()) return st;
+      core::InferResponse resp;
+      core::InferRequest* reqs[1] = {&req};
+      core::InferResponse* resps[1] = {&resp};
+      backends::ExecutionTimes times;
+      instance->Execute(reqs, resps, &times);
+      if (!resp.status.ok()) {
+        return absl::InvalidArgumentError(StrCat("model '", config.name(), "': warmup '",
+                                                 sample.name(), "' failed on instance ", index,
+                                                 ": ", resp.status.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& config,
                                                    const std::string& model_dir, int64_t version,
@@ -67,14 +146,29 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
       instances.push_back(*std::move(instance));
     }
   }
-  model->scheduler_ = std::make_unique<scheduling::InstancePoolScheduler>(
-      config.name(), version, std::move(instances), options.max_queue_size,
-      model->stats_.get());
+  const auto warmup_start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < instances.size(); ++i) {
+    absl::Status st = RunWarmup(model->config_, model_dir, instances[i].get(), i);
+    if (!st.ok()) return st;
+  }
+  const double warmup_secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
+  if (config.has_dynamic_batching()) {
+    model->scheduler_ = std::make_unique<scheduling::DynamicBatcher>(
+        model->config_, version, std::move(instances), options.max_queue_size, model->stats_.get());
+  } else {
+    model->scheduler_ = std::make_unique<scheduling::InstancePoolScheduler>(
+        config.name(), version, std::move(instances), options.max_queue_size,
+        model->stats_.get());
+  }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   LOG_INFO << "loaded model '" << config.name() << "' version " << version << " on backend '"
            << backend->name() << "': " << spec.total_instances << " instance(s), max_batch_size "
-           << config.max_batch_size() << ", " << secs << " s";
+           << config.max_batch_size() << ", scheduler "
+           << (config.has_dynamic_batching() ? "dynamic batching" : "default") << ", warmup "
+           << config.model_warmup_size() << " sample(s) in " << warmup_secs << " s, total " << secs
+           << " s";
   return model;
 }
 

@@ -21,6 +21,10 @@ struct LoadOptions {
   size_t max_queue_size = 4096;
 };
 
+// Runs every model_warmup sample on `instance` (count times each). Fails with the reason.
+absl::Status RunWarmup(const config::ModelConfig& config, const std::string& model_dir,
+                       backends::ModelInstance* instance, size_t index);
+
 class Model {
  public:
   // Creates every instance of every instance group and starts the scheduler.

@@ -1,0 +1,345 @@
+#include "scheduling/dynamic_batcher.h"
+
+#include <algorithm>
+
+#include "absl/time/time.h"
+#include "common/strings.h"
+
+namespace inferd::scheduling {
+namespace {
+
+BatchPolicy PolicyFrom(const config::ModelConfig& config) {
+  BatchPolicy p;
+  p.max_batch_size = std::max(1, config.max_batch_size());
+  for (int32_t s : config.dynamic_batching().preferred_batch_size()) p.preferred_batch_sizes.push_back(s);
+  p.max_queue_delay_ns = config.dynamic_batching().max_queue_delay_microseconds() * 1000;
+  return p;
+}
+
+std::string ShapeKey(const core::InferRequest& r) {
+  std::string key;
+  for (const auto& in : r.inputs) {
+    StrAppend(&key, in.name, ":", DataTypeName(in.datatype), ":");
+    for (size_t i = 1; i < in.shape.size(); ++i) StrAppend(&key, in.shape[i], ",");
+    key.push_back(';');
+  }
+  return key;
+}
+
+}  // namespace
+
+DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t version,
+                               std::vector<std::unique_ptr<backends::ModelInstance>> instances,
+                               size_t server_max_queue_size, metrics::ModelStats* stats,
+                               std::function<uint64_t()> now_ns)
+    : model_name_(config.name()),
+      version_(version),
+      policy_(PolicyFrom(config)),
+      preserve_ordering_(config.dynamic_batching().preserve_ordering()),
+      default_level_(config.dynamic_batching().priority_levels() == 0
+                         ? 0
+                         : std::max<uint64_t>(1, config.dynamic_batching().default_priority_level())),
+      server_max_queue_size_(server_max_queue_size),
+      stats_(stats),
+      now_ns_(std::move(now_ns)),
+      instances_(std::move(instances)) {
+  const auto& db = config.dynamic_batching();
+  {
+    absl::MutexLock lock(&mu_);
+    if (db.priority_levels() == 0) {
+      levels_[0].policy = db.default_queue_policy();
+    } else {
+      for (uint64_t l = 1; l <= db.priority_levels(); ++l) {
+        auto it = db.priority_queue_policy().find(l);
+        levels_[l].policy = it != db.priority_queue_policy().end() ? it->second : db.default_queue_policy();
+      }
+    }
+    for (size_t i = 0; i < instances_.size(); ++i) slots_.push_back(std::make_unique<Slot>());
+  }
+  for (size_t i = 0; i < instances_.size(); ++i) workers_.emplace_back([this, i] { InstanceLoop(i); });
+  batcher_ = std::thread([this] { BatcherLoop(); });
+}
+
+DynamicBatcher::~DynamicBatcher() { Shutdown(); }
+
+void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    uint64_t level = default_level_;
+    if (level != 0 && request->priority >= 1 && levels_.count(request->priority)) {
+      level = request->priority;
+    }
+    Level& l = levels_[level];
+    const size_t cap = l.policy.max_queue_size() > 0 ? l.policy.max_queue_size() : server_max_queue_size_;
+    if (stopping_) {
+      refused = absl::UnavailableError(
+          StrCat("model '", model_name_, "' version ", version_, " is unloading"));
+    } else if (l.live.size() + l.delayed.size() >= cap) {
+      refused = absl::UnavailableError(StrCat(
+          "model '", model_name_, "': the queue", level ? StrCat(" of priority level ", level) : "",
+          " is full (", cap, l.policy.max_queue_size() > 0 ? " requests, max_queue_size" : " requests, --max-queue-size",
+          "); retry later"));
+    } else if (QueuedLocked() >= server_max_queue_size_) {
+      refused = absl::UnavailableError(StrCat("model '", model_name_, "' has ", QueuedLocked(),
+                                              " requests queued (--max-queue-size); retry later"));
+    } else {
+      Pending p;
+      p.enqueue_ns = now_ns_();
+      request->times.queue_start_ns = core::NowNs();
+      uint64_t timeout_us = l.policy.default_timeout_microseconds();
+      if (l.policy.allow_timeout_override() && request->timeout_us > 0) {
+        timeout_us = timeout_us == 0 ? request->timeout_us : std::min(timeout_us, request->timeout_us);
+      }
+      p.deadline_ns = timeout_us ? p.enqueue_ns + timeout_us * 1000 : 0;
+      p.shape_key = ShapeKey(*request);
+      p.sequence = next_sequence_++;
+      p.request = std::move(request);
+      l.live.push_back(std::move(p));
+    }
+  }
+  if (!refused.ok()) {
+    stats_->RecordFailure(core::NowNs() - request->times.received_ns);
+    core::CompleteWithError(std::move(request), std::move(refused));
+    return;
+  }
+  batcher_cv_.Signal();
+}
+
+size_t DynamicBatcher::QueuedLocked() const {
+  size_t n = 0;
+  for (const auto& [level, l] : levels_) n += l.live.size() + l.delayed.size();
+  return n;
+}
+
+std::vector<DynamicBatcher::Pending> DynamicBatcher::ExpireLocked(uint64_t now) {
+  std::vector<Pending> rejected;
+  for (auto& [level, l] : levels_) {
+    if (l.live.empty()) continue;
+    std::deque<Pending> keep;
+    for (auto& p : l.live) {
+      if (p.deadline_ns != 0 && now >= p.deadline_ns) {
+        if (l.policy.timeout_action() == inference::ModelQueuePolicy::DELAY) {
+          p.deadline_ns = 0;  // delayed once; it will run after the others
+          l.delayed.push_back(std::move(p));
+        } else {
+          rejected.push_back(std::move(p));
+        }
+      } else {
+        keep.push_back(std::move(p));
+      }
+    }
+    l.live.swap(keep);
+  }
+  return rejected;
+}
+
+std::vector<DynamicBatcher::Pending*> DynamicBatcher::OrderLocked() {
+  std::vector<Pending*> order;
+  for (auto& [level, l] : levels_) {
+    for (auto& p : l.live) order.push_back(&p);
+    for (auto& p : l.delayed) order.push_back(&p);
+  }
+  return order;
+}
+
+uint64_t DynamicBatcher::NextDeadlineLocked() const {
+  uint64_t next = 0;
+  for (const auto& [level, l] : levels_) {
+    for (const auto& p : l.live) {
+      if (p.deadline_ns != 0 && (next == 0 || p.deadline_ns < next)) next = p.deadline_ns;
+    }
+  }
+  return next;
+}
+
+void DynamicBatcher::BatcherLoop() {
+  mu_.Lock();
+  for (;;) {
+    const uint64_t now = now_ns_();
+    std::vector<Pending> rejected = ExpireLocked(now);
+    if (!rejected.empty()) {
+      mu_.Unlock();
+      std::vector<std::pair<uint64_t, std::function<void()>>> done;
+      for (auto& p : rejected) {
+        auto shared = std::make_shared<Pending>(std::move(p));
+        done.emplace_back(shared->sequence, [this, shared] {
+          stats_->RecordFailure(core::NowNs() - shared->request->times.received_ns);
+          core::CompleteWithError(
+              std::move(shared->request),
+              absl::UnavailableError(StrCat("request for model '", model_name_,
+                                            "' timed out in the queue (timeout_action REJECT)")));
+        });
+      }
+      Finish(std::move(done));
+      mu_.Lock();
+      continue;
+    }
+    if (QueuedLocked() == 0) {
+      if (stopping_) break;
+      batcher_cv_.Wait(&mu_);
+      continue;
+    }
+    Slot* idle = nullptr;
+    for (auto& s : slots_) {
+      if (!s->busy) {
+        idle = s.get();
+        break;
+      }
+    }
+    const uint64_t timeout_deadline = NextDeadlineLocked();
+    if (idle == nullptr) {
+      if (timeout_deadline) {
+        batcher_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(timeout_deadline > now ? timeout_deadline - now : 0));
+      } else {
+        batcher_cv_.Wait(&mu_);
+      }
+      continue;
+    }
+    std::vector<Pending*> order = OrderLocked();
+    std::vector<QueuedItem> items;
+    items.reserve(order.size());
+    for (Pending* p : order) items.push_back({p->enqueue_ns, p->request->batch_size, &p->shape_key});
+    BatchPolicy policy = policy_;
+    if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
+    BatchDecision d = DecideBatch(policy, items, now);
+    if (d.take > 0) {
+      std::vector<Pending> batch;
+      size_t left = d.take;
+      for (auto& [level, l] : levels_) {
+        while (left > 0 && !l.live.empty()) {
+          batch.push_back(std::move(l.live.front()));
+          l.live.pop_front();
+          --left;
+        }
+        while (left > 0 && !l.delayed.empty()) {
+          batch.push_back(std::move(l.delayed.front()));
+          l.delayed.pop_front();
+          --left;
+        }
+      }
+      idle->batch = std::move(batch);
+      idle->busy = true;
+      idle->cv.Signal();
+      continue;
+    }
+    uint64_t until = d.wait_until_ns;
+    if (timeout_deadline && (until == 0 || timeout_deadline < until)) until = timeout_deadline;
+    if (until) {
+      batcher_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(until > now ? until - now : 0));
+    } else {
+      batcher_cv_.Wait(&mu_);
+    }
+  }
+  mu_.Unlock();
+}
+
+void DynamicBatcher::InstanceLoop(size_t index) {
+  backends::ModelInstance* instance = instances_[index].get();
+  for (;;) {
+    std::vector<Pending> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      Slot& slot = *slots_[index];
+      while (slot.batch.empty() && !workers_exit_) slot.cv.Wait(&mu_);
+      if (slot.batch.empty()) return;  // shutting down and nothing assigned
+      batch = std::move(slot.batch);
+      slot.batch.clear();
+      executing_ += batch.size();
+    }
+    const size_t n = batch.size();
+    std::vector<core::InferRequest*> reqs(n);
+    std::vector<std::unique_ptr<core::InferResponse>> resps(n);
+    std::vector<core::InferResponse*> resp_ptrs(n);
+    int64_t total = 0;
+    const uint64_t start = core::NowNs();
+    for (size_t i = 0; i < n; ++i) {
+      reqs[i] = batch[i].request.get();
+      reqs[i]->times.compute_start_ns = start;
+      total += reqs[i]->batch_size;
+      resps[i] = std::make_unique<core::InferResponse>();
+      resps[i]->model_name = model_name_;
+      resps[i]->model_version = version_;
+      resps[i]->id = reqs[i]->id;
+      resp_ptrs[i] = resps[i].get();
+    }
+    backends::ExecutionTimes times;
+    instance->Execute(reqs, resp_ptrs, &times);
+    const uint64_t end = core::NowNs();
+    if (times.input_end_ns == 0) times.input_end_ns = start;
+    if (times.output_start_ns == 0) times.output_start_ns = end;
+    const uint64_t input_ns = times.input_end_ns - start;
+    const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
+    const uint64_t output_ns = end - times.output_start_ns;
+    bool any_ok = false;
+    std::vector<std::pair<uint64_t, std::function<void()>>> done;
+    for (size_t i = 0; i < n; ++i) {
+      auto req = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(batch[i].request));
+      auto resp = std::make_shared<std::unique_ptr<core::InferResponse>>(std::move(resps[i]));
+      const core::InferRequest& r = **req;
+      if ((*resp)->status.ok()) {
+        any_ok = true;
+        stats_->RecordSuccess(end - r.times.received_ns, start - r.times.queue_start_ns, input_ns,
+                              infer_ns, output_ns, r.batch_size);
+      } else {
+        stats_->RecordFailure(end - r.times.received_ns);
+      }
+      done.emplace_back(batch[i].sequence, [req, resp] {
+        core::InferCallback cb = std::move((*req)->on_complete);
+        req->reset();
+        if (cb) cb(std::move(*resp));
+      });
+    }
+    if (any_ok) stats_->RecordExecution(total, input_ns, infer_ns, output_ns);
+    Finish(std::move(done));
+    {
+      absl::MutexLock lock(&mu_);
+      executing_ -= n;
+      slots_[index]->busy = false;
+    }
+    batcher_cv_.Signal();
+  }
+}
+
+void DynamicBatcher::Finish(std::vector<std::pair<uint64_t, std::function<void()>>> done) {
+  if (!preserve_ordering_) {
+    for (auto& [seq, fn] : done) fn();
+    return;
+  }
+  // Completions run under order_mu_ so they are delivered strictly in arrival order; each
+  // only hands a response to its frontend, so the section stays short.
+  absl::MutexLock lock(&order_mu_);
+  for (auto& [seq, fn] : done) held_[seq] = std::move(fn);
+  for (auto it = held_.find(next_release_); it != held_.end(); it = held_.find(next_release_)) {
+    std::function<void()> fn = std::move(it->second);
+    held_.erase(it);
+    ++next_release_;
+    fn();
+  }
+}
+
+void DynamicBatcher::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !batcher_.joinable()) return;
+    stopping_ = true;
+  }
+  batcher_cv_.SignalAll();
+  if (batcher_.joinable()) batcher_.join();  // returns once every queued request is batched
+  {
+    absl::MutexLock lock(&mu_);
+    workers_exit_ = true;
+    for (auto& s : slots_) s->cv.SignalAll();
+  }
+  for (auto& w : workers_) {
+    if (w.joinable()) w.join();
+  }
+  workers_.clear();
+}
+
+size_t DynamicBatcher::InFlight() const {
+  absl::MutexLock lock(&mu_);
+  return QueuedLocked() + executing_;
+}
+
+}  // namespace inferd::scheduling

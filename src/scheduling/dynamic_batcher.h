@@ -1,0 +1,102 @@
+// Triton's dynamic batcher: requests wait in bounded per-priority queues; one batcher thread
+// forms batches (batch_policy.h) whenever an instance is free and hands each batch to that
+// instance's thread, which runs the backend once for the whole batch.
+//
+// Queue policy: priority levels (1 is highest), per-level max_queue_size (a full level rejects
+// at once with UNAVAILABLE), timeouts with REJECT or DELAY (a delayed request goes behind every
+// request of its level and above that has not timed out), request timeouts that may only
+// lower the configured one when allow_timeout_override is set. preserve_ordering returns
+// responses in arrival order across instances.
+//
+// Thread-safe. Locking: mu_ guards the queues and instance slots; callbacks run outside it.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
+#include "config/model_config_util.h"
+#include "metrics/model_stats.h"
+#include "scheduling/batch_policy.h"
+#include "scheduling/scheduler.h"
+
+namespace inferd::scheduling {
+
+class DynamicBatcher : public Scheduler {
+ public:
+  // `now_ns` is the clock (tests inject one); `stats` must outlive the batcher.
+  DynamicBatcher(const config::ModelConfig& config, int64_t version,
+                 std::vector<std::unique_ptr<backends::ModelInstance>> instances,
+                 size_t server_max_queue_size, metrics::ModelStats* stats,
+                 std::function<uint64_t()> now_ns = core::NowNs);
+  ~DynamicBatcher() override;
+
+  void Enqueue(std::unique_ptr<core::InferRequest> request) override;
+  void Shutdown() override;
+  size_t InFlight() const override;
+
+ private:
+  struct Pending {
+    std::unique_ptr<core::InferRequest> request;
+    std::string shape_key;
+    uint64_t enqueue_ns = 0;
+    uint64_t deadline_ns = 0;  // 0: no timeout
+    uint64_t sequence = 0;
+  };
+  struct Level {
+    inference::ModelQueuePolicy policy;
+    std::deque<Pending> live;
+    std::deque<Pending> delayed;
+  };
+  struct Slot {
+    std::vector<Pending> batch;  // non-empty: assigned, not yet picked up
+    bool busy = false;
+    absl::CondVar cv;
+  };
+
+  void BatcherLoop();
+  void InstanceLoop(size_t index);
+  // Moves timed-out requests out of the live queues; returns the ones to reject.
+  std::vector<Pending> ExpireLocked(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued requests in scheduling order.
+  std::vector<Pending*> OrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t NextDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t QueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(std::vector<std::pair<uint64_t, std::function<void()>>> done);
+
+  const std::string model_name_;
+  const int64_t version_;
+  const BatchPolicy policy_;
+  const bool preserve_ordering_;
+  const uint64_t default_level_;
+  const size_t server_max_queue_size_;
+  metrics::ModelStats* const stats_;
+  const std::function<uint64_t()> now_ns_;
+  std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar batcher_cv_;
+  std::map<uint64_t, Level> levels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool workers_exit_ ABSL_GUARDED_BY(mu_) = false;
+
+  // preserve_ordering: completions wait here until every earlier request has completed.
+  absl::Mutex order_mu_;
+  uint64_t next_release_ ABSL_GUARDED_BY(order_mu_) = 0;
+  std::map<uint64_t, std::function<void()>> held_ ABSL_GUARDED_BY(order_mu_);
+
+  std::thread batcher_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace inferd::scheduling

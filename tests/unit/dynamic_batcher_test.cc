@@ -1,0 +1,226 @@
+// DynamicBatcher with a scripted instance: batch formation, queue limits, priorities,
+// timeouts (REJECT and DELAY) and response ordering.
+#include "scheduling/dynamic_batcher.h"
+
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::scheduling {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records each batch (request ids); the first execution can be held until released.
+class ScriptedInstance : public backends::ModelInstance {
+ public:
+  ScriptedInstance(absl::Mutex* mu, std::vector<std::vector<std::string>>* batches,
+                   absl::Notification* gate)
+      : mu_(mu), batches_(batches), gate_(gate) {}
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const> responses,
+               backends::ExecutionTimes*) override {
+    std::vector<std::string> ids;
+    for (auto* r : requests) ids.push_back(r->id);
+    {
+      absl::MutexLock lock(mu_);
+      batches_->push_back(ids);
+    }
+    if (gate_ != nullptr) gate_->WaitForNotification();
+  }
+
+ private:
+  absl::Mutex* mu_;
+  std::vector<std::vector<std::string>>* batches_;
+  absl::Notification* gate_;
+};
+
+class DynamicBatcherTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& batching, int instances = 1, bool hold_first = false) {
+    auto cfg = config::ParseModelConfigText(
+        "name: \"m\" backend: \"identity\" max_batch_size: 8 "
+        "input [{name: \"x\" data_type: TYPE_FP32 dims: [1]}] "
+        "output [{name: \"y\" data_type: TYPE_FP32 dims: [1]}] dynamic_batching { " + batching + " }",
+        "c");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    config_ = *cfg;
+    std::vector<std::unique_ptr<backends::ModelInstance>> list;
+    for (int i = 0; i < instances; ++i) {
+      list.push_back(std::make_unique<ScriptedInstance>(&mu_, &batches_, hold_first ? &gate_ : nullptr));
+    }
+    batcher_ = std::make_unique<DynamicBatcher>(config_, 1, std::move(list), 1000, &stats_);
+  }
+
+  void Send(const std::string& id, uint32_t priority = 0, uint64_t timeout_us = 0) {
+    auto r = std::make_unique<core::InferRequest>();
+    r->id = id;
+    r->priority = priority;
+    r->timeout_us = timeout_us;
+    r->inputs.push_back({"x", DataType::kFp32, {1, 1}, "abcd"});
+    r->times.received_ns = core::NowNs();
+    r->on_complete = [this, id](std::unique_ptr<core::InferResponse> resp) {
+      absl::MutexLock lock(&mu_);
+      completed_.push_back(id);
+      if (!resp->status.ok()) errors_[id] = std::string(resp->status.message());
+    };
+    batcher_->Enqueue(std::move(r));
+  }
+
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completed_.size() >= target_; }
+  bool HasBatch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !batches_.empty(); }
+
+  void WaitCompleted(size_t n) {
+    absl::MutexLock lock(&mu_);
+    target_ = n;
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DynamicBatcherTest::Done), absl::Seconds(10)));
+  }
+  // Waits until the first request occupies the (held) instance.
+  void WaitFirstBatch() {
+    absl::MutexLock lock(&mu_);
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DynamicBatcherTest::HasBatch), absl::Seconds(10)));
+  }
+
+  size_t target_ = 0;
+
+  absl::Mutex mu_;
+  std::vector<std::vector<std::string>> batches_;
+  std::vector<std::string> completed_;
+  std::map<std::string, std::string> errors_;
+  absl::Notification gate_;
+  metrics::ModelStats stats_;
+  config::ModelConfig config_;
+  std::unique_ptr<DynamicBatcher> batcher_;
+};
+
+TEST_F(DynamicBatcherTest, QueuedRequestsFormOneBatchWhileTheInstanceIsBusy) {
+  Start("max_queue_delay_microseconds: 0", 1, /*hold_first=*/true);
+  Send("a");
+  // Wait for "a" to occupy the instance, then queue three more.
+  WaitFirstBatch();
+  Send("b");
+  Send("c");
+  Send("d");
+  gate_.Notify();
+  WaitCompleted(4);
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(batches_.size(), 2u);
+  EXPECT_THAT(batches_[1], ElementsAre("b", "c", "d"));
+  auto snap = stats_.Snapshot();
+  EXPECT_EQ(snap.inference_count, 4u);
+  EXPECT_EQ(snap.execution_count, 2u);
+  EXPECT_EQ(snap.batch_stats.at(3).compute_infer.count, 1u);
+}
+
+TEST_F(DynamicBatcherTest, DelayGathersABatch) {
+  Start("max_queue_delay_microseconds: 300000 preferred_batch_size: [3]");
+  Send("a");
+  Send("b");
+  Send("c");  // a preferred batch of 3 goes at once, well before the 300 ms delay
+  WaitCompleted(3);
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(batches_.size(), 1u);
+  EXPECT_THAT(batches_[0], ElementsAre("a", "b", "c"));
+}
+
+TEST_F(DynamicBatcherTest, FullQueueRejectsAtOnce) {
+  Start("default_queue_policy { max_queue_size: 1 }", 1, true);
+  Send("a");
+  WaitFirstBatch();
+  Send("b");  // queued
+  Send("c");  // queue full
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(completed_.size(), 1u);
+    EXPECT_EQ(completed_[0], "c");
+    EXPECT_THAT(errors_["c"], HasSubstr("is full (1 requests, max_queue_size)"));
+  }
+  gate_.Notify();
+  WaitCompleted(3);
+}
+
+TEST_F(DynamicBatcherTest, HigherPriorityGoesFirst) {
+  Start("priority_levels: 2 default_priority_level: 2 max_queue_delay_microseconds: 0", 1, true);
+  Send("first");
+  WaitFirstBatch();
+  Send("low1");
+  Send("high", 1);
+  Send("low2");
+  gate_.Notify();
+  WaitCompleted(4);
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(batches_.size(), 2u);
+  EXPECT_THAT(batches_[1], ElementsAre("high", "low1", "low2"));
+}
+
+TEST_F(DynamicBatcherTest, TimedOutRequestsAreRejected) {
+  // Only "late" carries a timeout, so "a" surely reaches the instance first.
+  Start("default_queue_policy { timeout_action: REJECT allow_timeout_override: true }", 1, true);
+  Send("a");
+  WaitFirstBatch();
+  Send("late", 0, /*timeout_us=*/1000);
+  WaitCompleted(1);  // "late" times out while "a" holds the only instance
+  {
+    absl::MutexLock lock(&mu_);
+    EXPECT_THAT(errors_["late"], HasSubstr("timed out"));
+  }
+  gate_.Notify();
+  WaitCompleted(2);
+}
+
+TEST_F(DynamicBatcherTest, DelayedRequestsRunAfterTheOthers) {
+  Start("default_queue_policy { timeout_action: DELAY allow_timeout_override: true } "
+        "max_queue_delay_microseconds: 0", 1, true);
+  Send("a");
+  WaitFirstBatch();
+  Send("old", 0, /*timeout_us=*/1000);
+  absl::SleepFor(absl::Milliseconds(20));  // "old" passes its timeout and is delayed
+  Send("new");
+  gate_.Notify();
+  WaitCompleted(3);
+  absl::MutexLock lock(&mu_);
+  EXPECT_TRUE(errors_.empty());
+  ASSERT_EQ(batches_.size(), 2u);
+  EXPECT_THAT(batches_[1], ElementsAre("new", "old"));
+}
+
+TEST_F(DynamicBatcherTest, RequestTimeoutMayOnlyLowerTheDefault) {
+  Start("default_queue_policy { default_timeout_microseconds: 60000000 allow_timeout_override: true }", 1, true);
+  Send("a");
+  WaitFirstBatch();
+  Send("short", 0, /*timeout_us=*/1000);
+  Send("long", 0, /*timeout_us=*/600000000);  // cannot raise the 60 s default
+  WaitCompleted(1);
+  {
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(completed_[0], "short");
+    EXPECT_THAT(errors_["short"], HasSubstr("timed out"));
+  }
+  gate_.Notify();
+  WaitCompleted(3);
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(errors_.count("long"), 0u);
+}
+
+TEST_F(DynamicBatcherTest, ShutdownCompletesEverythingQueued) {
+  Start("max_queue_delay_microseconds: 10000000", 2);
+  for (int i = 0; i < 20; ++i) Send(std::to_string(i));
+  batcher_->Shutdown();
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(completed_.size(), 20u);
+  EXPECT_TRUE(errors_.empty());
+}
+
+TEST_F(DynamicBatcherTest, PreserveOrderingAcrossInstances) {
+  Start("preserve_ordering: true max_queue_delay_microseconds: 0", 3);
+  for (int i = 0; i < 50; ++i) Send(std::to_string(i));
+  WaitCompleted(50);
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(completed_[i], std::to_string(i));
+}
+
+}  // namespace
+}  // namespace inferd::scheduling
