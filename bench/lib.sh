@@ -17,7 +17,8 @@ wait_http() {  # url
 
 # wrk_rps <connections> <duration> <lua> <url> -> requests/s
 wrk_rps() {
-  wrk -t2 -c"$1" -d"$2" -s "$3" "$4" | awk '/Requests\/sec/ {print $2}'
+  local t=2; [[ "$1" -lt 2 ]] && t=1
+  wrk -t"$t" -c"$1" -d"$2" -s "$3" "$4" | awk '/Requests\/sec/ {print $2}'
 }
 
 # wrk_p50_ms <connections> <duration> <lua> <url> -> p50 latency in ms

@@ -1,6 +1,7 @@
 #include "app/flags.h"
 
 #include <functional>
+#include <climits>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -43,6 +44,14 @@ std::string Usage() {
   --http-max-input-size=<bytes>    largest request body (default 67108864)
   --http-max-header-size=<bytes>   largest request header block (default 65536)
   --max-queue-size=<n>             requests queued per model before 503 (default 4096)
+  --allow-grpc=<bool>              serve gRPC (default true)
+  --grpc-port=<n>                  (default 8001; 0 picks a free port)
+  --grpc-address=<addr>            (default 0.0.0.0)
+  --grpc-infer-thread-count=<n>    cap on gRPC's threads (default: gRPC's own)
+  --allow-metrics=<bool>           serve Prometheus metrics (default true)
+  --metrics-port=<n>               (default 8002; 0 picks a free port)
+  --metrics-address=<addr>         (default 0.0.0.0)
+  --metrics-interval-ms=<n>        CPU/memory sampling interval (default 2000)
   --log-verbose=<n>                verbose logging level (default 0)
   --log-format=default|ISO8601
   --log-info/--log-warning/--log-error=<bool>   accepted for compatibility
@@ -55,6 +64,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   f.server.cpu_cores = cpu_cores;
   f.http.threads = std::max(1, cpu_cores);
   f.http.limits.max_body_bytes = 64 * 1024 * 1024;
+  f.metrics_http.port = 8002;
+  f.metrics_http.threads = 1;
   std::vector<std::string> load_models;
 
   using Setter = std::function<absl::Status(const std::string&)>;
@@ -102,6 +113,15 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"http-thread-count", set_int("http-thread-count", 1, [&](int64_t n) { f.http.threads = static_cast<int>(n); })},
       {"http-max-input-size", set_int("http-max-input-size", 1, [&](int64_t n) { f.http.limits.max_body_bytes = n; })},
       {"http-max-header-size", set_int("http-max-header-size", 256, [&](int64_t n) { f.http.limits.max_header_bytes = n; })},
+      {"allow-grpc", set_bool("allow-grpc", &f.allow_grpc)},
+      {"grpc-port", set_int("grpc-port", 0, [&](int64_t n) { f.grpc.port = static_cast<int>(n); })},
+      {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},
+      {"grpc-infer-thread-count", set_int("grpc-infer-thread-count", 1, [&](int64_t n) { f.grpc.infer_threads = static_cast<int>(n); })},
+      {"allow-metrics", set_bool("allow-metrics", &f.allow_metrics)},
+      {"allow-cpu-metrics", set_bool("allow-cpu-metrics", &ignored_bool)},
+      {"metrics-port", set_int("metrics-port", 0, [&](int64_t n) { f.metrics_http.port = static_cast<int>(n); })},
+      {"metrics-address", [&](const std::string& v) { f.metrics_http.address = v; return absl::OkStatus(); }},
+      {"metrics-interval-ms", set_int("metrics-interval-ms", 1, [&](int64_t n) { f.metrics_interval_ms = static_cast<int>(n); })},
       {"max-queue-size", set_int("max-queue-size", 1, [&](int64_t n) { f.server.max_queue_size = n; })},
       {"log-verbose", set_int("log-verbose", 0, [&](int64_t n) { f.log_verbose = static_cast<int>(n); })},
       {"log-format",
@@ -147,6 +167,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     if (!st.ok()) return st;
   }
   f.server.load_models = load_models;
+  f.grpc.max_message_bytes = static_cast<int>(std::min<size_t>(f.http.limits.max_body_bytes, INT32_MAX));
   if (!load_models.empty() && f.server.control_mode != server::ControlMode::kExplicit) {
     return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit");
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
 #include "server/server.h"
 
@@ -14,6 +15,11 @@ struct Flags {
   server::ServerOptions server;
   http::HttpServerOptions http;
   bool allow_http = true;
+  bool allow_grpc = true;
+  grpcfe::GrpcOptions grpc;
+  bool allow_metrics = true;
+  http::HttpServerOptions metrics_http;
+  int metrics_interval_ms = 2000;
   int log_verbose = 0;
   bool log_iso8601 = false;
   bool help = false;

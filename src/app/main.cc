@@ -12,8 +12,11 @@
 #include "backends/identity/identity_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #include "common/logging.h"
+#include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
 #include "frontends/http/kserve_service.h"
+#include "metrics/prometheus.h"
+#include "metrics/system_metrics.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeIdentityBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
 
-  server::Server server(flags->server, &backends);
+  metrics::MetricsRegistry registry;
+  server::Server server(flags->server, &backends, &registry);
   if (absl::Status st = server.Start(); !st.ok()) {
     LOG_ERROR << "failed to start: " << st.message();
     server.Shutdown();
@@ -69,11 +73,54 @@ int main(int argc, char** argv) {
              << " (" << flags->http.threads << " event loops)";
   }
 
+  std::unique_ptr<grpcfe::GrpcFrontend> grpc;
+  if (flags->allow_grpc) {
+    grpc = std::make_unique<grpcfe::GrpcFrontend>(&server, flags->grpc);
+    if (absl::Status st = grpc->Start(); !st.ok()) {
+      LOG_ERROR << st.message();
+      server.Shutdown();
+      return 1;
+    }
+    LOG_INFO << "started GRPCInferenceService on " << flags->grpc.address << ":" << grpc->port();
+  }
+
+  std::unique_ptr<metrics::SystemMetrics> system_metrics;
+  std::unique_ptr<http::HttpServer> metrics_http;
+  if (flags->allow_metrics) {
+    system_metrics = std::make_unique<metrics::SystemMetrics>(&registry, flags->metrics_interval_ms);
+    metrics_http = std::make_unique<http::HttpServer>(
+        flags->metrics_http,
+        [&registry](const http::HttpRequest& req, std::shared_ptr<const void>,
+                    std::unique_ptr<http::Responder> responder) {
+          http::HttpResponse r;
+          if (req.path != "/metrics") {
+            r.status = 404;
+            r.content_type = "text/plain";
+            r.body = "only /metrics is served on this port\n";
+          } else if (req.method != "GET" && req.method != "HEAD") {
+            r.status = 405;
+          } else {
+            r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+            r.body = registry.Render();
+          }
+          responder->Send(std::move(r));
+        });
+    if (absl::Status st = metrics_http->Start(); !st.ok()) {
+      LOG_ERROR << st.message();
+      server.Shutdown();
+      return 1;
+    }
+    LOG_INFO << "started Metrics Service on " << flags->metrics_http.address << ":"
+             << metrics_http->port();
+  }
+
   int sig = 0;
   sigwait(&signals, &sig);
   LOG_INFO << "received signal " << sig << ", shutting down";
+  if (grpc) grpc->Stop();  // stops new RPCs; those in flight finish below
   server.Shutdown();  // answers every request in flight through the still-running loops
   if (http) http->Stop();
+  if (metrics_http) metrics_http->Stop();
   LOG_INFO << "stopped";
   return 0;
 }

@@ -47,6 +47,9 @@ class ModelInstance {
   virtual void Execute(std::span<core::InferRequest* const> requests,
                        std::span<core::InferResponse* const> responses,
                        ExecutionTimes* times) = 0;
+
+  // Compute threads this instance uses (for the thread-budget log line).
+  virtual int ThreadCount() const { return 1; }
 };
 
 class Backend {

@@ -22,8 +22,9 @@ void ModelStats::RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t 
   last_inference_ms_.store(WallMs(), std::memory_order_relaxed);
 }
 
-void ModelStats::RecordFailure(uint64_t request_ns) {
+void ModelStats::RecordFailure(uint64_t request_ns, FailureReason reason) {
   fail_.Add(request_ns);
+  fail_by_reason_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
   last_inference_ms_.store(WallMs(), std::memory_order_relaxed);
 }
 
@@ -51,6 +52,7 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   s.compute_input = compute_input_.Get();
   s.compute_infer = compute_infer_.Get();
   s.compute_output = compute_output_.Get();
+  for (int i = 0; i < 4; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
   absl::MutexLock lock(&batch_mu_);
   s.batch_stats = batch_stats_;
   return s;

@@ -23,6 +23,10 @@ struct BatchStats {
   Duration compute_output;
 };
 
+// Why a request failed, as Triton labels nv_inference_request_failure.
+enum class FailureReason { kRejected = 0, kCanceled = 1, kBackend = 2, kOther = 3 };
+inline constexpr const char* kFailureReasonNames[] = {"REJECTED", "CANCELED", "BACKEND", "OTHER"};
+
 struct ModelStatsSnapshot {
   uint64_t last_inference_ms = 0;
   uint64_t inference_count = 0;
@@ -30,6 +34,7 @@ struct ModelStatsSnapshot {
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   Duration cache_hit, cache_miss;
   std::map<uint64_t, BatchStats> batch_stats;  // by batch size
+  uint64_t fail_by_reason[4] = {0, 0, 0, 0};
 };
 
 class ModelStats {
@@ -37,7 +42,7 @@ class ModelStats {
   // One request finished successfully. Durations in ns.
   void RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns, uint64_t infer_ns,
                      uint64_t output_ns, uint64_t batch_size);
-  void RecordFailure(uint64_t request_ns);
+  void RecordFailure(uint64_t request_ns, FailureReason reason = FailureReason::kOther);
   // One backend execution of `batch_size` items.
   void RecordExecution(uint64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
                        uint64_t output_ns);
@@ -57,6 +62,7 @@ class ModelStats {
   std::atomic<uint64_t> last_inference_ms_{0};
   std::atomic<uint64_t> inference_count_{0};
   std::atomic<uint64_t> execution_count_{0};
+  std::atomic<uint64_t> fail_by_reason_[4] = {0, 0, 0, 0};
   Counter success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
   mutable absl::Mutex batch_mu_;
   std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);

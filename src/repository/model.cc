@@ -146,6 +146,13 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
       instances.push_back(*std::move(instance));
     }
   }
+  int threads = 0;
+  for (const auto& inst : instances) threads += inst->ThreadCount();
+  if (threads > options.cpu_cores) {
+    LOG_WARNING << "model '" << config.name() << "': " << instances.size() << " instance(s) use "
+                << threads << " compute threads on " << options.cpu_cores
+                << " cores; they will compete for the cores";
+  }
   const auto warmup_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < instances.size(); ++i) {
     absl::Status st = RunWarmup(model->config_, model_dir, instances[i].get(), i);
@@ -163,9 +170,11 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  model->load_seconds_ = secs;
   LOG_INFO << "loaded model '" << config.name() << "' version " << version << " on backend '"
            << backend->name() << "': " << spec.total_instances << " instance(s), max_batch_size "
-           << config.max_batch_size() << ", scheduler "
+           << config.max_batch_size() << ", " << threads << " compute thread(s) on "
+           << options.cpu_cores << " core(s), scheduler "
            << (config.has_dynamic_batching() ? "dynamic batching" : "default") << ", warmup "
            << config.model_warmup_size() << " sample(s) in " << warmup_secs << " s, total " << secs
            << " s";

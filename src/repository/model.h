@@ -36,6 +36,7 @@ class Model {
 
   const config::ModelConfig& config() const { return config_; }
   int64_t version() const { return version_; }
+  double load_seconds() const { return load_seconds_; }
   metrics::ModelStats& stats() const { return *stats_; }
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
@@ -49,6 +50,7 @@ class Model {
   Model() = default;
   config::ModelConfig config_;
   int64_t version_ = 0;
+  double load_seconds_ = 0;
   std::unique_ptr<metrics::ModelStats> stats_;
   std::shared_ptr<const LabelMap> labels_;
   std::unique_ptr<scheduling::Scheduler> scheduler_;

@@ -99,7 +99,8 @@ void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
     }
   }
   if (!refused.ok()) {
-    stats_->RecordFailure(core::NowNs() - request->times.received_ns);
+    stats_->RecordFailure(core::NowNs() - request->times.received_ns,
+                          metrics::FailureReason::kRejected);
     core::CompleteWithError(std::move(request), std::move(refused));
     return;
   }
@@ -164,7 +165,8 @@ void DynamicBatcher::BatcherLoop() {
       for (auto& p : rejected) {
         auto shared = std::make_shared<Pending>(std::move(p));
         done.emplace_back(shared->sequence, [this, shared] {
-          stats_->RecordFailure(core::NowNs() - shared->request->times.received_ns);
+          stats_->RecordFailure(core::NowNs() - shared->request->times.received_ns,
+                              metrics::FailureReason::kRejected);
           core::CompleteWithError(
               std::move(shared->request),
               absl::UnavailableError(StrCat("request for model '", model_name_,
@@ -282,7 +284,7 @@ void DynamicBatcher::InstanceLoop(size_t index) {
         stats_->RecordSuccess(end - r.times.received_ns, start - r.times.queue_start_ns, input_ns,
                               infer_ns, output_ns, r.batch_size);
       } else {
-        stats_->RecordFailure(end - r.times.received_ns);
+        stats_->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kBackend);
       }
       done.emplace_back(batch[i].sequence, [req, resp] {
         core::InferCallback cb = std::move((*req)->on_complete);

@@ -37,7 +37,8 @@ void InstancePoolScheduler::Enqueue(std::unique_ptr<core::InferRequest> request)
     }
   }
   if (!refused.ok()) {
-    stats_->RecordFailure(core::NowNs() - request->times.received_ns);
+    stats_->RecordFailure(core::NowNs() - request->times.received_ns,
+                          metrics::FailureReason::kRejected);
     core::CompleteWithError(std::move(request), std::move(refused));
     return;
   }
@@ -90,7 +91,7 @@ void InstancePoolScheduler::Complete(std::unique_ptr<core::InferRequest> request
                           request->times.compute_start_ns - request->times.queue_start_ns,
                           input_ns, infer_ns, output_ns, request->batch_size);
   } else {
-    stats_->RecordFailure(end - request->times.received_ns);
+    stats_->RecordFailure(end - request->times.received_ns, metrics::FailureReason::kBackend);
   }
   core::InferCallback cb = std::move(request->on_complete);
   request.reset();

@@ -8,8 +8,12 @@
 
 namespace inferd::server {
 
-Server::Server(ServerOptions options, const backends::BackendRegistry* backends)
+Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
+               metrics::MetricsRegistry* registry)
     : options_(std::move(options)) {
+  if (registry != nullptr) {
+    registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
+  }
   repository::LifecycleOptions lo;
   lo.repositories = options_.repositories;
   lo.auto_complete = options_.auto_complete;
@@ -153,7 +157,8 @@ void Server::Infer(std::unique_ptr<core::InferRequest> request) {
   request->model_version = (*model)->version();
   absl::Status valid = ValidateRequest((*model)->config(), request.get());
   if (!valid.ok()) {
-    (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns);
+    (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns,
+                                    metrics::FailureReason::kOther);
     core::CompleteWithError(std::move(request), std::move(valid));
     return;
   }
@@ -177,6 +182,53 @@ void Server::Infer(std::unique_ptr<core::InferRequest> request) {
     };
   }
   (*model)->Enqueue(std::move(request));
+}
+
+void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
+  struct Row {
+    metrics::Labels labels;
+    metrics::ModelStatsSnapshot s;
+    size_t pending;
+    double load_secs;
+  };
+  std::vector<Row> rows;
+  for (const auto& m : lifecycle_->AllReadyModels()) {
+    rows.push_back({{{"model", m->config().name()}, {"version", StrCat(m->version())}},
+                    m->stats().Snapshot(), m->InFlight(), m->load_seconds()});
+  }
+  auto family = [&](const char* name, const char* help, const char* type, auto value) {
+    w.Family(name, help, type);
+    for (const auto& r : rows) w.Sample(name, r.labels, value(r));
+  };
+  family("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+         "counter", [](const Row& r) { return double(r.s.success.count); });
+  w.Family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
+           "counter");
+  for (const auto& r : rows) {
+    for (int i = 0; i < 4; ++i) {
+      metrics::Labels l = r.labels;
+      l.emplace_back("reason", metrics::kFailureReasonNames[i]);
+      w.Sample("nv_inference_request_failure", l, double(r.s.fail_by_reason[i]));
+    }
+  }
+  family("nv_inference_count", "Number of inferences performed (does not include cached requests)",
+         "counter", [](const Row& r) { return double(r.s.inference_count); });
+  family("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)",
+         "counter", [](const Row& r) { return double(r.s.execution_count); });
+  family("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.",
+         "gauge", [](const Row& r) { return double(r.pending); });
+  family("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)",
+         "counter", [](const Row& r) { return double((r.s.success.ns + r.s.fail.ns) / 1000); });
+  family("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)",
+         "counter", [](const Row& r) { return double(r.s.queue.ns / 1000); });
+  family("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)",
+         "counter", [](const Row& r) { return double(r.s.compute_input.ns / 1000); });
+  family("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)",
+         "counter", [](const Row& r) { return double(r.s.compute_infer.ns / 1000); });
+  family("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+         "counter", [](const Row& r) { return double(r.s.compute_output.ns / 1000); });
+  family("nv_model_load_duration_secs", "Model load time in seconds", "gauge",
+         [](const Row& r) { return r.load_secs; });
 }
 
 std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) const {

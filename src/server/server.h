@@ -20,6 +20,7 @@
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
 #include "metrics/model_stats.h"
+#include "metrics/prometheus.h"
 #include "repository/model_lifecycle.h"
 
 namespace inferd::server {
@@ -60,7 +61,9 @@ struct ModelStatistics {
 
 class Server {
  public:
-  Server(ServerOptions options, const backends::BackendRegistry* backends);
+  // `registry` (optional) receives the per-model Prometheus metrics collector.
+  Server(ServerOptions options, const backends::BackendRegistry* backends,
+         metrics::MetricsRegistry* registry = nullptr);
   ~Server();
 
   // Loads the initial models for the control mode and starts the poller. With exit_on_error,
@@ -94,6 +97,7 @@ class Server {
 
  private:
   void PollLoop();
+  void CollectMetrics(metrics::PrometheusWriter& w) const;
 
   const ServerOptions options_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;

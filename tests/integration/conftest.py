@@ -113,13 +113,25 @@ def launch(repos, extra_args=(), log_dir=None, port=None):
     args = [str(INFERD_BIN)]
     args += [f"--model-repository={r}" for r in repos]
     args += [f"--http-port={port}", "--http-address=127.0.0.1"]
-    args += list(extra_args)
+    extra_args = list(extra_args)
+    # gRPC and metrics listen on free ports too, so servers can run side by side.
+    grpc_port = metrics_port = None
+    if not any(a.startswith("--grpc-port") or a.startswith("--allow-grpc") for a in extra_args):
+        grpc_port = free_port()
+        args += [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"]
+    if not any(a.startswith("--metrics-port") or a.startswith("--allow-metrics") for a in extra_args):
+        metrics_port = free_port()
+        args += [f"--metrics-port={metrics_port}", "--metrics-address=127.0.0.1"]
+    args += extra_args
     log_dir = Path(log_dir or "/tmp")
     log_path = log_dir / f"inferd-{port}.log"
     log = open(log_path, "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log.close()
-    return Server(proc, port, log_path, args)
+    srv = Server(proc, port, log_path, args)
+    srv.grpc_port = grpc_port
+    srv.metrics_port = metrics_port
+    return srv
 
 
 def start_server(repos, extra_args=(), log_dir=None):

@@ -109,6 +109,10 @@ class OrtInstance : public ModelInstance {
     for (const auto& out : config_->output()) output_names_.push_back(out.name());
   }
 
+  int ThreadCount() const override {
+    return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
+  }
+
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     absl::Status status;

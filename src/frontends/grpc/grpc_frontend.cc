@@ -1,0 +1,381 @@
+#include "frontends/grpc/grpc_frontend.h"
+
+#include <deque>
+#include <mutex>
+
+#include "common/logging.h"
+#include "common/strings.h"
+#include "config/model_config_util.h"
+#include "frontends/grpc/grpc_codec.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
+
+namespace inferd::grpcfe {
+namespace {
+
+using grpc::CallbackServerContext;
+using grpc::ServerUnaryReactor;
+
+grpc::Status Unimplemented(std::string_view what) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      StrCat(what, " is not supported by inferd yet"));
+}
+
+void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics* out) {
+  const auto& s = m.stats;
+  out->set_name(m.name);
+  out->set_version(m.version);
+  out->set_last_inference(s.last_inference_ms);
+  out->set_inference_count(s.inference_count);
+  out->set_execution_count(s.execution_count);
+  auto set = [](inference::StatisticDuration* d, const metrics::Duration& v) {
+    d->set_count(v.count);
+    d->set_ns(v.ns);
+  };
+  auto* is = out->mutable_inference_stats();
+  set(is->mutable_success(), s.success);
+  set(is->mutable_fail(), s.fail);
+  set(is->mutable_queue(), s.queue);
+  set(is->mutable_compute_input(), s.compute_input);
+  set(is->mutable_compute_infer(), s.compute_infer);
+  set(is->mutable_compute_output(), s.compute_output);
+  set(is->mutable_cache_hit(), s.cache_hit);
+  set(is->mutable_cache_miss(), s.cache_miss);
+  for (const auto& [size, b] : s.batch_stats) {
+    auto* bs = out->add_batch_stats();
+    bs->set_batch_size(size);
+    set(bs->mutable_compute_input(), b.compute_input);
+    set(bs->mutable_compute_infer(), b.compute_infer);
+    set(bs->mutable_compute_output(), b.compute_output);
+  }
+}
+
+// One ModelStreamInfer call: reads requests, runs them concurrently, writes each response as
+// it completes (one write in flight at a time), and finishes once the client has stopped
+// sending and every response is written.
+class StreamReactor
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  explicit StreamReactor(server::Server* server) : server_(server) { NextRead(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    auto message = std::move(incoming_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++in_flight_;
+    }
+    auto parsed = RequestFromProto(*message, message);
+    if (!parsed.ok()) {
+      Complete(message->id(), parsed.status(), nullptr);
+    } else {
+      std::unique_ptr<core::InferRequest> req = *std::move(parsed);
+      req->times.received_ns = core::NowNs();
+      req->on_complete = [this, id = message->id()](std::unique_ptr<core::InferResponse> resp) {
+        absl::Status st = resp->status;
+        Complete(id, st, std::move(resp));
+      };
+      server_->Infer(std::move(req));
+    }
+    NextRead();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.pop_front();
+    writing_ = false;
+    if (!ok) broken_ = true;
+    WriteNextLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+  void OnCancel() override {}
+
+ private:
+  void NextRead() {
+    incoming_ = std::make_shared<inference::ModelInferRequest>();
+    StartRead(incoming_.get());
+  }
+
+  void Complete(const std::string& id, const absl::Status& status,
+                std::unique_ptr<core::InferResponse> resp) {
+    inference::ModelStreamInferResponse out;
+    if (!status.ok()) {
+      out.set_error_message(std::string(status.message()));
+      out.mutable_infer_response()->set_id(id);
+    } else {
+      ResponseToProto(*resp, out.mutable_infer_response());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (!broken_) writes_.push_back(std::move(out));
+    WriteNextLocked();
+    MaybeFinishLocked();
+  }
+
+  void WriteNextLocked() {
+    if (writing_ || writes_.empty() || broken_) return;
+    writing_ = true;
+    StartWrite(&writes_.front());
+  }
+
+  void MaybeFinishLocked() {
+    if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) return;
+    if (!writes_.empty() && !broken_) return;
+    finished_ = true;
+    Finish(grpc::Status::OK);
+  }
+
+  server::Server* server_;
+  std::shared_ptr<inference::ModelInferRequest> incoming_;
+  std::mutex mu_;
+  std::deque<inference::ModelStreamInferResponse> writes_;
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool broken_ = false;
+  bool finished_ = false;
+  int in_flight_ = 0;
+};
+
+}  // namespace
+
+class GrpcFrontend::Service final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  explicit Service(server::Server* server) : server_(server) {}
+
+  ServerUnaryReactor* ServerLive(CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+                                 inference::ServerLiveResponse* resp) override {
+    resp->set_live(server_->IsLive());
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ServerReady(CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+                                  inference::ServerReadyResponse* resp) override {
+    resp->set_ready(server_->IsReady());
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
+                                 inference::ModelReadyResponse* resp) override {
+    auto v = ParseVersion(req->version());
+    if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
+    resp->set_ready(server_->IsModelReady(req->name(), *v));
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx,
+                                     const inference::ServerMetadataRequest*,
+                                     inference::ServerMetadataResponse* resp) override {
+    resp->set_name(std::string(server::Server::kName));
+    resp->set_version(std::string(server::Server::kVersion));
+    for (const auto& e : server::Server::Extensions()) resp->add_extensions(e);
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx,
+                                    const inference::ModelMetadataRequest* req,
+                                    inference::ModelMetadataResponse* resp) override {
+    auto v = ParseVersion(req->version());
+    if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
+    auto md = server_->GetModelMetadata(req->name(), *v);
+    if (!md.ok()) return Done(ctx, ToGrpcStatus(md.status()));
+    resp->set_name(md->name);
+    for (const auto& ver : md->versions) resp->add_versions(ver);
+    resp->set_platform(md->platform);
+    auto fill = [](const server::TensorMetadata& t, auto* out) {
+      out->set_name(t.name);
+      out->set_datatype(std::string(DataTypeName(t.datatype)));
+      for (int64_t d : t.shape) out->add_shape(d);
+    };
+    for (const auto& t : md->inputs) fill(t, resp->add_inputs());
+    for (const auto& t : md->outputs) fill(t, resp->add_outputs());
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const inference::ModelInferRequest* req,
+                                 inference::ModelInferResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    try {
+      const uint64_t received = core::NowNs();
+      // The request message lives until Finish, so raw inputs are used in place.
+      auto parsed = RequestFromProto(*req, nullptr);
+      if (!parsed.ok()) {
+        reactor->Finish(ToGrpcStatus(parsed.status()));
+        return reactor;
+      }
+      std::unique_ptr<core::InferRequest> r = *std::move(parsed);
+      r->times.received_ns = received;
+      r->on_complete = [reactor, resp](std::unique_ptr<core::InferResponse> out) {
+        if (!out->status.ok()) {
+          reactor->Finish(ToGrpcStatus(out->status));
+          return;
+        }
+        ResponseToProto(*out, resp);
+        reactor->Finish(grpc::Status::OK);
+      };
+      server_->Infer(std::move(r));
+    } catch (const std::exception& e) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, StrCat("internal error: ", e.what())));
+    }
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(CallbackServerContext*) override {
+    return new StreamReactor(server_);
+  }
+
+  ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
+                                  inference::ModelConfigResponse* resp) override {
+    auto v = ParseVersion(req->version());
+    if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
+    auto cfg = server_->GetModelConfig(req->name(), *v);
+    if (!cfg.ok()) return Done(ctx, ToGrpcStatus(cfg.status()));
+    *resp->mutable_config() = *cfg;
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx,
+                                      const inference::ModelStatisticsRequest* req,
+                                      inference::ModelStatisticsResponse* resp) override {
+    auto v = ParseVersion(req->version());
+    if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
+    auto stats = server_->GetStatistics(req->name(), *v);
+    if (!stats.ok()) return Done(ctx, ToGrpcStatus(stats.status()));
+    for (const auto& m : *stats) FillStatistics(m, resp->add_model_stats());
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx,
+                                      const inference::RepositoryIndexRequest* req,
+                                      inference::RepositoryIndexResponse* resp) override {
+    for (const auto& e : server_->RepositoryIndex(req->ready())) {
+      auto* m = resp->add_models();
+      m->set_name(e.name);
+      m->set_version(e.version);
+      m->set_state(e.state);
+      m->set_reason(e.reason);
+    }
+    return Done(ctx, grpc::Status::OK);
+  }
+
+  ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx,
+                                          const inference::RepositoryModelLoadRequest* req,
+                                          inference::RepositoryModelLoadResponse*) override {
+    std::optional<std::string> config_json;
+    for (const auto& [key, p] : req->parameters()) {
+      if (key == "config") {
+        if (!p.has_string_param()) {
+          return Done(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        "parameter 'config' must be a string_param holding JSON"));
+        }
+        config_json = p.string_param();
+      } else if (key.rfind("file:", 0) == 0) {
+        return Done(ctx, Unimplemented(StrCat("parameter '", key, "' (model files in the request)")));
+      }
+    }
+    auto* reactor = ctx->DefaultReactor();
+    server_->LoadModel(req->model_name(), std::move(config_json),
+                       [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    return reactor;
+  }
+
+  ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx,
+                                            const inference::RepositoryModelUnloadRequest* req,
+                                            inference::RepositoryModelUnloadResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    server_->UnloadModel(req->model_name(),
+                         [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    return reactor;
+  }
+
+  ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx,
+                                               const inference::SystemSharedMemoryStatusRequest*,
+                                               inference::SystemSharedMemoryStatusResponse*) override {
+    return Done(ctx, Unimplemented("system shared memory"));
+  }
+  ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
+                                                 const inference::SystemSharedMemoryRegisterRequest*,
+                                                 inference::SystemSharedMemoryRegisterResponse*) override {
+    return Done(ctx, Unimplemented("system shared memory"));
+  }
+  ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
+                                                   const inference::SystemSharedMemoryUnregisterRequest*,
+                                                   inference::SystemSharedMemoryUnregisterResponse*) override {
+    return Done(ctx, Unimplemented("system shared memory"));
+  }
+  ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
+                                             const inference::CudaSharedMemoryStatusRequest*,
+                                             inference::CudaSharedMemoryStatusResponse*) override {
+    return Done(ctx, Unimplemented("CUDA shared memory"));
+  }
+  ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
+                                               const inference::CudaSharedMemoryRegisterRequest*,
+                                               inference::CudaSharedMemoryRegisterResponse*) override {
+    return Done(ctx, Unimplemented("CUDA shared memory"));
+  }
+  ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
+                                                 const inference::CudaSharedMemoryUnregisterRequest*,
+                                                 inference::CudaSharedMemoryUnregisterResponse*) override {
+    return Done(ctx, Unimplemented("CUDA shared memory"));
+  }
+  ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest*,
+                                   inference::TraceSettingResponse*) override {
+    return Done(ctx, Unimplemented("tracing"));
+  }
+  ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest*,
+                                  inference::LogSettingsResponse*) override {
+    return Done(ctx, Unimplemented("the log settings API"));
+  }
+
+ private:
+  static ServerUnaryReactor* Done(CallbackServerContext* ctx, const grpc::Status& status) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  server::Server* server_;
+};
+
+GrpcFrontend::GrpcFrontend(server::Server* server, GrpcOptions options)
+    : server_(server), options_(std::move(options)), service_(std::make_unique<Service>(server)) {}
+
+GrpcFrontend::~GrpcFrontend() { Stop(); }
+
+absl::Status GrpcFrontend::Start() {
+  grpc::ServerBuilder builder;
+  const std::string address = StrCat(options_.address, ":", options_.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(-1);
+  if (options_.infer_threads > 0) {
+    grpc::ResourceQuota quota("inferd");
+    quota.SetMaxThreads(options_.infer_threads);
+    builder.SetResourceQuota(quota);
+  }
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || port_ == 0) {
+    return absl::UnavailableError(StrCat("cannot listen for gRPC on ", address));
+  }
+  return absl::OkStatus();
+}
+
+void GrpcFrontend::Stop() {
+  if (grpc_server_) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_server_->Wait();
+    grpc_server_.reset();
+  }
+}
+
+}  // namespace inferd::grpcfe

@@ -1,0 +1,45 @@
+// The KServe v2 gRPC frontend on gRPC's callback API: every RPC, including the bidirectional
+// ModelStreamInfer. It converts messages to and from core types (grpc_codec.h) and calls
+// server::Server, the same execution path HTTP uses. Raw input contents are used in place:
+// the request message lives until the RPC finishes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/server.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace inferd::grpcfe {
+
+struct GrpcOptions {
+  std::string address = "0.0.0.0";
+  int port = 8001;
+  int max_message_bytes = 64 * 1024 * 1024;
+  int infer_threads = 0;  // 0: gRPC's default
+};
+
+class GrpcFrontend {
+ public:
+  GrpcFrontend(server::Server* server, GrpcOptions options);
+  ~GrpcFrontend();
+
+  absl::Status Start();
+  // Stops accepting RPCs and waits (bounded) for those in flight.
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  class Service;
+  server::Server* server_;
+  GrpcOptions options_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+};
+
+}  // namespace inferd::grpcfe
