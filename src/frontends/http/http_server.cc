@@ -140,11 +140,14 @@ class EventLoop {
       Respond(id, make());
       return;
     }
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(pending_mu_);
+      // One wake-up per batch of completions: the loop drains everything queued.
+      wake = pending_.empty();
       pending_.emplace_back(id, std::move(make));
     }
-    Wake();
+    if (wake) Wake();
   }
 
  private:
