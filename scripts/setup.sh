@@ -16,7 +16,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools python3-prometheus-client
   libgtest-dev libgmock-dev
   python3-numpy python3-onnx python3-requests python3-pytest
-  python3-torch python3-torchvision
+  python3-torch python3-torchvision libtorch-dev
   wrk
 )
 

@@ -11,6 +11,9 @@
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
+#ifdef INFERD_WITH_LIBTORCH
+#include "backends/libtorch/libtorch_backend.h"
+#endif
 #include "common/logging.h"
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
@@ -51,6 +54,9 @@ int main(int argc, char** argv) {
   backends::BackendRegistry backends;
   backends.Register(backends::MakeIdentityBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
+#ifdef INFERD_WITH_LIBTORCH
+  backends.Register(backends::MakeLibTorchBackend());
+#endif
 
   metrics::MetricsRegistry registry;
   server::Server server(flags->server, &backends, &registry);

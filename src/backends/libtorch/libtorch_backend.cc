@@ -1,0 +1,409 @@
+#include "backends/libtorch/libtorch_backend.h"
+
+#include <torch/script.h>
+#include <torch/version.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "common/logging.h"
+#include "common/strings.h"
+
+namespace inferd::backends {
+namespace {
+
+std::optional<c10::ScalarType> ToTorch(DataType t) {
+  switch (t) {
+    case DataType::kBool: return torch::kBool;
+    case DataType::kUint8: return torch::kByte;
+    case DataType::kInt8: return torch::kChar;
+    case DataType::kInt16: return torch::kShort;
+    case DataType::kInt32: return torch::kInt;
+    case DataType::kInt64: return torch::kLong;
+    case DataType::kFp16: return torch::kHalf;
+    case DataType::kBf16: return torch::kBFloat16;
+    case DataType::kFp32: return torch::kFloat;
+    case DataType::kFp64: return torch::kDouble;
+    default: return std::nullopt;
+  }
+}
+
+DataType FromTorch(c10::ScalarType t) {
+  switch (t) {
+    case torch::kBool: return DataType::kBool;
+    case torch::kByte: return DataType::kUint8;
+    case torch::kChar: return DataType::kInt8;
+    case torch::kShort: return DataType::kInt16;
+    case torch::kInt: return DataType::kInt32;
+    case torch::kLong: return DataType::kInt64;
+    case torch::kHalf: return DataType::kFp16;
+    case torch::kBFloat16: return DataType::kBf16;
+    case torch::kFloat: return DataType::kFp32;
+    case torch::kDouble: return DataType::kFp64;
+    default: return DataType::kInvalid;
+  }
+}
+
+// "INPUT__3" -> 3; -1 when the name does not follow the convention.
+int IndexSuffix(const std::string& name) {
+  const size_t pos = name.rfind("__");
+  if (pos == std::string::npos || pos + 2 >= name.size()) return -1;
+  int v = 0;
+  for (size_t i = pos + 2; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+bool BoolParam(const config::ModelConfig& c, const char* key, bool fallback) {
+  auto v = config::GetParameter(c, key);
+  if (!v) return fallback;
+  std::string s = *v;
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  return s == "true" || s == "1" || s == "on" || s == "yes";
+}
+
+int IntParam(const config::ModelConfig& c, const char* key, int fallback) {
+  auto v = config::GetParameter(c, key);
+  if (!v) return fallback;
+  try {
+    return std::stoi(*v);
+  } catch (...) {
+    return fallback;
+  }
+}
+
+// How a request's tensors become forward() arguments.
+struct InputPlan {
+  bool dict_input = false;                 // forward(Dict[str, Tensor])
+  std::vector<std::string> ordered_names;  // config input names in argument order
+};
+
+struct OutputPlan {
+  std::vector<std::string> names;  // config output names
+  std::vector<int> index;          // position in a tuple/list output (-1: by dict key or single)
+};
+
+struct SharedModule {
+  torch::jit::Module module;
+  std::mutex mu;  // weight-shared instances run one at a time on the same module
+};
+
+class TorchInstance : public ModelInstance {
+ public:
+  TorchInstance(const config::ModelConfig* config, std::shared_ptr<SharedModule> module,
+                InputPlan inputs, OutputPlan outputs, bool inference_mode, bool shared, int threads)
+      : config_(config), module_(std::move(module)), inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)), inference_mode_(inference_mode), shared_(shared),
+        threads_(threads) {}
+
+  int ThreadCount() const override { return threads_; }
+
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
+    absl::Status status;
+    try {
+      std::unique_lock<std::mutex> lock(module_->mu, std::defer_lock);
+      if (shared_) lock.lock();
+      status = Run(requests, responses, times);
+    } catch (const c10::Error& e) {
+      status = absl::InternalError(StrCat("pytorch: forward() of model '", config_->name(),
+                                          "' failed: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      status = absl::InternalError(StrCat("pytorch: forward() of model '", config_->name(),
+                                          "' failed: ", e.what()));
+    }
+    if (!status.ok()) {
+      for (auto* r : responses) {
+        r->outputs.clear();
+        r->status = status;
+      }
+    }
+  }
+
+ private:
+  absl::Status Run(std::span<core::InferRequest* const> requests,
+                   std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
+    const bool batching = config_->max_batch_size() > 0;
+    const size_t n = requests.size();
+    int64_t total_batch = 0;
+    for (auto* r : requests) total_batch += r->batch_size;
+
+    std::vector<torch::Tensor> tensors;
+    for (const std::string& name : inputs_.ordered_names) {
+      const inference::ModelInput* cfg = nullptr;
+      for (const auto& c : config_->input()) {
+        if (c.name() == name) cfg = &c;
+      }
+      const core::InputTensor* first = requests[0]->FindInput(name);
+      if (first == nullptr) {
+        return absl::InvalidArgumentError(StrCat("input '", name, "' is missing; the pytorch backend needs every input"));
+      }
+      auto type = ToTorch(first->datatype);
+      if (!type) {
+        return absl::InvalidArgumentError(StrCat("input '", name, "': ", DataTypeName(first->datatype),
+                                                 " is not supported by the pytorch backend"));
+      }
+      Shape shape = BackendInputShape(*cfg, first->shape, batching);
+      auto options = torch::TensorOptions().dtype(*type);
+      if (n == 1) {
+        // A view over the request's bytes: no copy.
+        tensors.push_back(torch::from_blob(const_cast<char*>(first->data.data()), shape, options));
+      } else {
+        shape[0] = total_batch;
+        torch::Tensor t = torch::empty(shape, options);
+        char* dst = static_cast<char*>(t.data_ptr());
+        for (auto* r : requests) {
+          const core::InputTensor* in = r->FindInput(name);
+          std::memcpy(dst, in->data.data(), in->data.size());
+          dst += in->data.size();
+        }
+        tensors.push_back(std::move(t));
+      }
+    }
+    std::vector<torch::jit::IValue> args;
+    if (inputs_.dict_input) {
+      c10::Dict<std::string, torch::Tensor> dict;
+      for (size_t i = 0; i < tensors.size(); ++i) dict.insert(inputs_.ordered_names[i], tensors[i]);
+      args.emplace_back(dict);
+    } else {
+      for (auto& t : tensors) args.emplace_back(t);
+    }
+    times->input_end_ns = core::NowNs();
+    torch::jit::IValue result;
+    if (inference_mode_) {
+      c10::InferenceMode guard;
+      result = module_->module.forward(args);
+    } else {
+      torch::NoGradGuard guard;
+      result = module_->module.forward(args);
+    }
+    times->output_start_ns = core::NowNs();
+
+    // Collect the outputs the config names.
+    std::vector<std::pair<std::string, torch::Tensor>> outs;
+    if (result.isTensor()) {
+      if (!outputs_.names.empty()) outs.emplace_back(outputs_.names[0], result.toTensor());
+    } else if (result.isTuple() || result.isList()) {
+      std::vector<torch::jit::IValue> items;
+      if (result.isTuple()) {
+        items = result.toTuple()->elements().vec();
+      } else {
+        for (const auto& v : result.toList()) items.push_back(v);
+      }
+      for (size_t i = 0; i < outputs_.names.size(); ++i) {
+        const int idx = outputs_.index[i] >= 0 ? outputs_.index[i] : static_cast<int>(i);
+        if (idx >= static_cast<int>(items.size()) || !items[idx].isTensor()) {
+          return absl::InternalError(StrCat("output '", outputs_.names[i], "': forward() returned ",
+                                            items.size(), " values, no tensor at position ", idx));
+        }
+        outs.emplace_back(outputs_.names[i], items[idx].toTensor());
+      }
+    } else if (result.isGenericDict()) {
+      auto dict = result.toGenericDict();
+      for (const auto& name : outputs_.names) {
+        auto it = dict.find(name);
+        if (it == dict.end() || !it->value().isTensor()) {
+          return absl::InternalError(StrCat("output '", name, "' is not a key of the dict forward() returned"));
+        }
+        outs.emplace_back(name, it->value().toTensor());
+      }
+    } else {
+      return absl::InternalError("forward() must return a tensor, a tuple or list of tensors, or a dict of tensors");
+    }
+
+    for (auto& [name, tensor] : outs) {
+      auto holder = std::make_shared<torch::Tensor>(tensor.contiguous().cpu());
+      const DataType dtype = FromTorch(holder->scalar_type());
+      if (dtype == DataType::kInvalid) {
+        return absl::InternalError(StrCat("output '", name, "' has a type inferd does not support"));
+      }
+      Shape shape(holder->sizes().begin(), holder->sizes().end());
+      const std::string_view all(static_cast<const char*>(holder->data_ptr()), holder->nbytes());
+      if (n == 1) {
+        if (IsOutputRequested(*requests[0], name)) {
+          responses[0]->outputs.push_back({name, dtype, shape, all, holder});
+        }
+        continue;
+      }
+      if (shape.empty() || shape[0] != total_batch) {
+        return absl::InternalError(StrCat("output '", name, "' cannot be split by batch"));
+      }
+      const size_t per_item = all.size() / total_batch;
+      size_t offset = 0;
+      for (size_t r = 0; r < n; ++r) {
+        const size_t len = per_item * requests[r]->batch_size;
+        if (IsOutputRequested(*requests[r], name)) {
+          Shape s = shape;
+          s[0] = requests[r]->batch_size;
+          responses[r]->outputs.push_back({name, dtype, s, all.substr(offset, len), holder});
+        }
+        offset += len;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const config::ModelConfig* config_;
+  std::shared_ptr<SharedModule> module_;
+  InputPlan inputs_;
+  OutputPlan outputs_;
+  bool inference_mode_;
+  bool shared_;
+  int threads_;
+};
+
+class LibTorchBackend : public Backend {
+ public:
+  std::string_view name() const override { return "pytorch"; }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    const auto& cfg = *spec.config;
+    for (const auto& in : cfg.input()) {
+      if (!ToTorch(config::FromProto(in.data_type()))) {
+        return absl::InvalidArgumentError(StrCat("model '", cfg.name(), "': input '", in.name(), "' is ",
+                                                 config::ProtoTypeName(in.data_type()),
+                                                 ", which the pytorch backend does not support"));
+      }
+    }
+    // Settings that are process-wide in LibTorch are applied once per load.
+    const int threads = IntParam(cfg, "INTRA_OP_THREAD_COUNT",
+                                 std::max(1, spec.cpu_cores / std::max(1, spec.total_instances)));
+    const bool weight_sharing = BoolParam(cfg, "ENABLE_WEIGHT_SHARING", false);
+    if (index == 0) {
+      at::set_num_threads(threads);
+      const int inter = IntParam(cfg, "INTER_OP_THREAD_COUNT", 0);
+      if (inter > 0) {
+        static std::once_flag once;
+        std::call_once(once, [inter] {
+          try {
+            at::set_num_interop_threads(inter);
+          } catch (const c10::Error&) {
+            // Can only be set before the first inter-op work; later loads keep the first value.
+          }
+        });
+      }
+      if (config::GetParameter(cfg, "DISABLE_OPTIMIZED_EXECUTION")) {
+        torch::jit::setGraphExecutorOptimize(!BoolParam(cfg, "DISABLE_OPTIMIZED_EXECUTION", false));
+      }
+      if (config::GetParameter(cfg, "ENABLE_JIT_EXECUTOR")) {
+        torch::jit::getExecutorMode() = BoolParam(cfg, "ENABLE_JIT_EXECUTOR", true);
+      }
+      if (config::GetParameter(cfg, "ENABLE_JIT_PROFILING")) {
+        torch::jit::getProfilingMode() = BoolParam(cfg, "ENABLE_JIT_PROFILING", true);
+      }
+      if (config::GetParameter(cfg, "ENABLE_TENSOR_FUSER")) {
+        torch::jit::setTensorExprFuserEnabled(BoolParam(cfg, "ENABLE_TENSOR_FUSER", true));
+      }
+      for (const char* key : {"ENABLE_CACHE_CLEANING", "DISABLE_CUDNN"}) {
+        if (config::GetParameter(cfg, key)) {
+          LOG_INFO << "pytorch: model '" << cfg.name() << "': parameter " << key
+                   << " does not apply on CPU; ignored";
+        }
+      }
+      LOG_INFO << "pytorch: model '" << cfg.name() << "' on LibTorch " << TORCH_VERSION
+               << ": INTRA_OP_THREAD_COUNT=" << threads
+               << " INFERENCE_MODE=" << BoolParam(cfg, "INFERENCE_MODE", true)
+               << " ENABLE_WEIGHT_SHARING=" << weight_sharing;
+    }
+    std::shared_ptr<SharedModule> module;
+    {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      auto it = shared_.find(spec.model_path);
+      if (weight_sharing && it != shared_.end()) module = it->second.lock();
+    }
+    if (!module) {
+      module = std::make_shared<SharedModule>();
+      try {
+        module->module = torch::jit::load(spec.model_path, torch::kCPU);
+        module->module.eval();
+      } catch (const c10::Error& e) {
+        return absl::InvalidArgumentError(StrCat("pytorch: cannot load '", spec.model_path, "': ",
+                                                 e.what_without_backtrace()));
+      } catch (const std::exception& e) {
+        return absl::InvalidArgumentError(StrCat("pytorch: cannot load '", spec.model_path, "': ", e.what()));
+      }
+      if (weight_sharing) {
+        std::lock_guard<std::mutex> lock(shared_mu_);
+        shared_[spec.model_path] = module;
+      }
+    }
+    auto inputs = PlanInputs(cfg, module->module);
+    if (!inputs.ok()) return inputs.status();
+    OutputPlan outputs;
+    for (const auto& out : cfg.output()) {
+      outputs.names.push_back(out.name());
+      outputs.index.push_back(IndexSuffix(out.name()));
+    }
+    return std::unique_ptr<ModelInstance>(new TorchInstance(
+        spec.config, std::move(module), *std::move(inputs), std::move(outputs),
+        BoolParam(cfg, "INFERENCE_MODE", true), weight_sharing, threads));
+  }
+
+ private:
+  static absl::StatusOr<InputPlan> PlanInputs(const config::ModelConfig& cfg,
+                                              torch::jit::Module& module) {
+    InputPlan plan;
+    std::vector<std::string> arg_names;
+    bool dict_arg = false;
+    try {
+      const auto& schema = module.get_method("forward").function().getSchema();
+      for (size_t i = 1; i < schema.arguments().size(); ++i) {  // skip self
+        arg_names.push_back(schema.arguments()[i].name());
+        if (schema.arguments()[i].type()->kind() == c10::TypeKind::DictType) dict_arg = true;
+      }
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(StrCat("pytorch: model '", cfg.name(), "' has no usable forward(): ",
+                                               e.what_without_backtrace()));
+    }
+    if (dict_arg && arg_names.size() == 1) {
+      plan.dict_input = true;
+      for (const auto& in : cfg.input()) plan.ordered_names.push_back(in.name());
+      return plan;
+    }
+    // <name>__<index> names give the argument position; otherwise forward()'s argument names.
+    bool all_indexed = true;
+    for (const auto& in : cfg.input()) all_indexed &= IndexSuffix(in.name()) >= 0;
+    std::vector<std::string> ordered(cfg.input_size());
+    for (const auto& in : cfg.input()) {
+      int pos = all_indexed ? IndexSuffix(in.name()) : -1;
+      if (!all_indexed) {
+        auto it = std::find(arg_names.begin(), arg_names.end(), in.name());
+        if (it == arg_names.end()) {
+          return absl::InvalidArgumentError(StrCat(
+              "pytorch: model '", cfg.name(), "': input '", in.name(),
+              "' is neither named <name>__<index> nor an argument of forward() (",
+              StrJoin(arg_names, ", "), ")"));
+        }
+        pos = static_cast<int>(it - arg_names.begin());
+      }
+      if (pos >= cfg.input_size() || !ordered[pos].empty()) {
+        return absl::InvalidArgumentError(StrCat("pytorch: model '", cfg.name(), "': input '", in.name(),
+                                                 "' maps to argument ", pos, ", which is out of range or taken"));
+      }
+      ordered[pos] = in.name();
+    }
+    if (!arg_names.empty() && arg_names.size() != ordered.size()) {
+      return absl::InvalidArgumentError(StrCat("pytorch: model '", cfg.name(), "': forward() takes ",
+                                               arg_names.size(), " arguments but config.pbtxt lists ",
+                                               ordered.size(), " inputs"));
+    }
+    plan.ordered_names = std::move(ordered);
+    return plan;
+  }
+
+  std::mutex shared_mu_;
+  std::map<std::string, std::weak_ptr<SharedModule>> shared_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeLibTorchBackend() { return std::make_unique<LibTorchBackend>(); }
+
+}  // namespace inferd::backends
