@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,6 +25,11 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc; ++i) shape.push_back(std::atoll(argv[i]));
   size_t count = 1;
   for (auto d : shape) count *= d;
+  // MISALIGN=n shifts the input by n bytes, as a tensor at an odd offset in a request body.
+  const int misalign = std::getenv("MISALIGN") ? std::atoi(std::getenv("MISALIGN")) : 0;
+  std::vector<char> storage(count * sizeof(float) + 64);
+  float* data = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64 + misalign);
   std::vector<float> input(count);
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> dist(0.f, 1.f);
@@ -43,10 +49,11 @@ int main(int argc, char** argv) {
   const char* in_names[] = {argv[2]};
   const char* out_names[] = {out_name.c_str()};
   Ort::MemoryInfo mem = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
+  std::memcpy(data, input.data(), count * sizeof(float));
   std::vector<double> ms;
   for (int i = 0; i < iterations + 3; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    Ort::Value in = Ort::Value::CreateTensor<float>(mem, input.data(), input.size(), shape.data(),
+    Ort::Value in = Ort::Value::CreateTensor<float>(mem, data, input.size(), shape.data(),
                                                     shape.size());
     auto out = session.Run(Ort::RunOptions{nullptr}, in_names, &in, 1, out_names, 1);
     auto t1 = std::chrono::steady_clock::now();
