@@ -8,7 +8,8 @@ DURATION=10s; [[ "${1:-}" == "--smoke" ]] && DURATION=2s
 
 P1=$(free_port); P2=$(free_port)
 "$BUILD/inferd" --model-repository="$ROOT/examples/model_repository" --model-control-mode=explicit \
-  --load-model=identity_fp32 --http-port="$P1" 2>/tmp/inferd_bench_protocol.log & PIDS+=($!)
+  --load-model=identity_fp32 --http-port="$P1" --allow-grpc=false --allow-metrics=false \
+  2>/tmp/inferd_bench_protocol.log & PIDS+=($!)
 "$BUILD/hello_http" "$P2" 2 & PIDS+=($!)
 wait_http "http://127.0.0.1:$P1/v2/health/ready"; wait_http "http://127.0.0.1:$P2/"
 
