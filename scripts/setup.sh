@@ -3,7 +3,8 @@
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 #
 #   scripts/setup.sh            # release build into build/
-#   BUILD_DIR=build-asan CMAKE_BUILD_TYPE=Debug INFERD_SANITIZE=address,undefined scripts/setup.sh
+#   BUILD_DIR=build-asan CC=clang CXX=clang++ INFERD_SANITIZE=address,undefined \
+#     EXTRA_CMAKE_ARGS="-DINFERD_FUZZ=ON -DINFERD_WITH_LIBTORCH=OFF" scripts/setup.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   python3-numpy python3-onnx python3-requests python3-pytest
   python3-torch python3-torchvision libtorch-dev
-  wrk
+  wrk clang libclang-rt-14-dev
 )
 
 missing=()
@@ -66,6 +67,6 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
     -DINFERD_SANITIZE="${INFERD_SANITIZE:-}" \
-    -DONNXRUNTIME_ROOT="$ORT_DIR" >/dev/null
+    -DONNXRUNTIME_ROOT="$ORT_DIR" ${EXTRA_CMAKE_ARGS:-} >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -17,3 +17,29 @@ rc=$?
 set -e
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
+
+echo "== benchmarks (smoke)"
+for b in protocol onnx_latency; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
+
+# The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), with the
+# libFuzzer targets: unit tests, the integration suite against the sanitized binary (without
+# the LibTorch backend, which this build leaves out), and a short run of every fuzzer.
+if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  echo "== sanitizers (ASan + UBSan) and fuzzers"
+  ASAN_DIR="$ROOT/build-asan"
+  BUILD_DIR="$ASAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
+    INFERD_SANITIZE=address,undefined \
+    EXTRA_CMAKE_ARGS="-DINFERD_FUZZ=ON -DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+  (cd "$ASAN_DIR" && ctest --output-on-failure -j "$(nproc)")
+  INFERD_BIN="$ASAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
+  for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz; do
+    corpus="$(mktemp -d)"
+    cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true
+    "$ASAN_DIR/fuzz/$f" -max_total_time="${FUZZ_SECONDS:-20}" -max_len=65536 "$corpus" \
+      2>&1 | tail -1
+    rm -rf "$corpus"
+  done
+fi
+echo "== all tests passed"
