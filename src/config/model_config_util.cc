@@ -1,5 +1,7 @@
 #include "config/model_config_util.h"
 
+#include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -39,6 +41,18 @@ using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 void WriteMessage(const pb::Message& msg, JsonWriter& w);
 
+// std::to_chars rather than rapidjson's Grisu code (which trips UBSan on some values).
+template <typename T>
+void WriteFloat(JsonWriter& w, T v) {
+  if (!std::isfinite(v)) {
+    w.String(std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity"));
+    return;
+  }
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  w.RawValue(buf, end - buf, rapidjson::kNumberType);
+}
+
 void WriteScalar(const pb::Message& msg, const pb::FieldDescriptor* f, int index,
                  JsonWriter& w) {
   const pb::Reflection* r = msg.GetReflection();
@@ -57,10 +71,10 @@ void WriteScalar(const pb::Message& msg, const pb::FieldDescriptor* f, int index
       w.Uint64(rep ? r->GetRepeatedUInt64(msg, f, index) : r->GetUInt64(msg, f));
       break;
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      w.Double(rep ? r->GetRepeatedDouble(msg, f, index) : r->GetDouble(msg, f));
+      WriteFloat(w, rep ? r->GetRepeatedDouble(msg, f, index) : r->GetDouble(msg, f));
       break;
     case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      w.Double(rep ? r->GetRepeatedFloat(msg, f, index) : r->GetFloat(msg, f));
+      WriteFloat(w, rep ? r->GetRepeatedFloat(msg, f, index) : r->GetFloat(msg, f));
       break;
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       w.Bool(rep ? r->GetRepeatedBool(msg, f, index) : r->GetBool(msg, f));

@@ -1,5 +1,6 @@
 #include "frontends/http/infer_codec.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -143,6 +144,30 @@ absl::StatusOr<bool> GetBoolParam(const rapidjson::Value& params, const char* ke
   return it->value.GetBool();
 }
 
+// Shortest round-trip form via std::to_chars (rapidjson's Grisu code trips UBSan on some
+// inputs); floats print as floats ("0.1", not "0.10000000149011612").
+template <typename T>
+void WriteNumber(JsonWriter& w, T v) {
+  if (std::isnan(v)) {
+    w.RawValue("NaN", 3, rapidjson::kNumberType);
+  } else if (std::isinf(v)) {
+    if (v > 0) w.RawValue("Infinity", 8, rapidjson::kNumberType);
+    else w.RawValue("-Infinity", 9, rapidjson::kNumberType);
+  } else {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    std::string_view text(buf, end - buf);
+    // Keep a decimal point or exponent so clients read a float, as JSON writers do.
+    if (text.find_first_of(".eE") == std::string_view::npos) {
+      std::string withdot(text);
+      withdot += ".0";
+      w.RawValue(withdot.data(), withdot.size(), rapidjson::kNumberType);
+    } else {
+      w.RawValue(text.data(), text.size(), rapidjson::kNumberType);
+    }
+  }
+}
+
 void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
   w.StartArray();
   const char* p = out.data.data();
@@ -166,24 +191,29 @@ void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
       INFERD_CASE(int16_t, DataType::kInt16, Int)
       INFERD_CASE(int32_t, DataType::kInt32, Int)
       INFERD_CASE(int64_t, DataType::kInt64, Int64)
-      INFERD_CASE(double, DataType::kFp64, Double)
 #undef INFERD_CASE
+      case DataType::kFp64: {
+        double x;
+        std::memcpy(&x, p, 8);
+        WriteNumber(w, x);
+        break;
+      }
       case DataType::kFp32: {
         float x;
         std::memcpy(&x, p, 4);
-        w.Double(x);
+        WriteNumber(w, x);
         break;
       }
       case DataType::kFp16: {
         uint16_t x;
         std::memcpy(&x, p, 2);
-        w.Double(HalfToFloat(x));
+        WriteNumber(w, HalfToFloat(x));
         break;
       }
       case DataType::kBf16: {
         uint16_t x;
         std::memcpy(&x, p, 2);
-        w.Double(Bf16ToFloat(x));
+        WriteNumber(w, Bf16ToFloat(x));
         break;
       }
       default: break;
