@@ -35,12 +35,19 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   (cd "$ASAN_DIR" && ctest --output-on-failure -j "$(nproc)")
   INFERD_BIN="$ASAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
     -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
+  # A fixed seed makes a run reproducible: a crash found here is found again by the same command.
   for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz; do
     corpus="$(mktemp -d)"
     cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true
-    "$ASAN_DIR/fuzz/$f" -max_total_time="${FUZZ_SECONDS:-20}" -max_len=65536 "$corpus" \
-      2>&1 | tail -1
-    rm -rf "$corpus"
+    log="$(mktemp)"
+    if ! "$ASAN_DIR/fuzz/$f" -seed=1 -artifact_prefix="$ASAN_DIR/" -max_total_time="${FUZZ_SECONDS:-20}" -max_len=65536 \
+        "$corpus" >"$log" 2>&1; then
+      tail -60 "$log"
+      echo "== fuzzer $f failed; the input is in $ASAN_DIR/crash-*"
+      exit 1
+    fi
+    echo "$f: $(tail -1 "$log")"
+    rm -rf "$corpus" "$log"
   done
 fi
 echo "== all tests passed"

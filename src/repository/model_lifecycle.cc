@@ -63,6 +63,11 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
       }
     }
   }
+  if (cfg.backend().empty() && cfg.platform().empty()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", name, "': cannot tell which backend serves it: config.pbtxt sets neither "
+        "'backend' nor 'platform', and no version folder holds model.onnx or model.pt"));
+  }
   backends::Backend* backend = backends_->Find(cfg.backend());
   if (backend == nullptr && cfg.platform() != "ensemble") {
     return absl::InvalidArgumentError(inferd::StrCat(

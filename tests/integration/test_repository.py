@@ -261,3 +261,18 @@ def test_broken_config_exit_on_error(server_factory, make_repo):
         raise AssertionError(f"server still running with a broken model\n{srv.log()}")
     assert rc != 0, srv.log()
     assert "broken_config" in srv.log()
+
+
+def test_model_without_config_or_model_file_names_the_problem(server_factory, make_repo):
+    # A folder with a version directory but neither config.pbtxt nor a known model file: Triton
+    # cannot tell the backend either. The reason must say so, not name an empty backend.
+    repo = make_repo({"onnx_identity_int32": "onnx_identity_int32"})
+    (repo / "empty_model" / "1").mkdir(parents=True)
+    srv = server_factory(repo, ["--exit-on-error=false"])
+    srv.wait_until(lambda: srv.get("/v2/models/onnx_identity_int32/ready").status_code == 200,
+                   30, "onnx_identity_int32 to be ready")
+    entries = entries_for(index(srv), "empty_model")
+    assert entries and all(e.get("state") == "UNAVAILABLE" for e in entries), entries
+    assert entries[0]["reason"] == (
+        "model 'empty_model': cannot tell which backend serves it: config.pbtxt sets neither "
+        "'backend' nor 'platform', and no version folder holds model.onnx or model.pt"), entries

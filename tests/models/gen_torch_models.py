@@ -3,6 +3,7 @@
 the torch benchmark:  /usr/bin/python3 tests/models/gen_torch_models.py <out_dir>
 Idempotent: files that exist are kept. Random weights (torch.manual_seed(0))."""
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Dict
@@ -52,6 +53,21 @@ class Raises(torch.nn.Module):
 class DictIn(torch.nn.Module):
     def forward(self, inputs: Dict[str, torch.Tensor]):
         return inputs["A"] * 10 + inputs["B"]
+
+
+class WrongDtype(torch.nn.Module):
+    """Returns INT64 although config.pbtxt declares OUTPUT__0 as TYPE_FP32."""
+
+    def forward(self, x):
+        return x.to(torch.int64)
+
+
+def copy_file(src, dst):
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists():
+        tmp = dst.with_suffix(dst.suffix + ".tmp")
+        shutil.copyfile(src, tmp)
+        tmp.rename(dst)
 
 
 def io(kind, name, dtype, dims):
@@ -108,10 +124,15 @@ def main(out):
         ("ENABLE_JIT_EXECUTOR", "false"), ("INTER_OP_THREAD_COUNT", "1"),
         ("ENABLE_CACHE_CLEANING", "true"), ("DISABLE_CUDNN", "true"),
         ("ENABLE_WEIGHT_SHARING", "true")])
-    save(torch.nn.Linear(8, 4).eval(), out / "torch_params/1/model.pt")
+    # The same weights as torch_linear (a copy of its model.pt), with every backend parameter set.
+    copy_file(out / "torch_linear/1/model.pt", out / "torch_params/1/model.pt")
     write(out / "torch_params/config.pbtxt", 'platform: "pytorch_libtorch"\nmax_batch_size: 8\n'
           + io("input", "INPUT__0", "TYPE_FP32", [8]) + io("output", "OUTPUT__0", "TYPE_FP32", [4])
           + 'instance_group [ { count: 2 kind: KIND_CPU } ]\n' + params)
+
+    save(WrongDtype(), out / "torch_wrong_dtype/1/model.pt")
+    write(out / "torch_wrong_dtype/config.pbtxt", 'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+          + io("input", "INPUT__0", "TYPE_FP32", [2]) + io("output", "OUTPUT__0", "TYPE_FP32", [2]))
 
     resnet = out / "torch_resnet50/1/model.pt"
     if not resnet.exists():

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -31,6 +32,46 @@ TEST(InferCodecTest, NestedAndFlatJsonDataDecodeTheSame) {
   EXPECT_EQ(As<int32_t>(nested->request->inputs[0].data), (std::vector<int32_t>{1, 2, 3, 4}));
   EXPECT_EQ(nested->request->inputs[0].data, flat->request->inputs[0].data);
   EXPECT_EQ(nested->request->inputs[0].shape, (Shape{2, 2}));
+}
+
+TEST(InferCodecTest, NumbersConvertExactly) {
+  // Values whose nearest double a fast strtod can miss, extreme exponents (the input that
+  // crashed rapidjson's full-precision path: "0e44"), and 64-bit integer limits.
+  const std::vector<std::string> texts = {"0.1", "2.2250738585072011e-308", "9007199254740993",
+                                          "1.7976931348623157e308", "4.9e-324", "0e44",
+                                          "-0.0", "123456789012345678e-20"};
+  std::string data;
+  for (const auto& t : texts) data += (data.empty() ? "" : ",") + t;
+  auto parsed = ParseInferRequest(
+      inferd::StrCat(R"({"inputs":[{"name":"x","shape":[)", texts.size(),
+             R"(],"datatype":"FP64","data":[)", data, "]}]}"),
+      std::nullopt, nullptr);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto got = As<double>(parsed->request->inputs[0].data);
+  ASSERT_EQ(got.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const double want = std::strtod(texts[i].c_str(), nullptr);
+    EXPECT_EQ(std::memcmp(&got[i], &want, sizeof(double)), 0) << texts[i];
+  }
+
+  auto ints = ParseInferRequest(
+      R"({"inputs":[{"name":"x","shape":[3],"datatype":"INT64","data":[-9223372036854775808,9223372036854775807,0]}]})",
+      std::nullopt, nullptr);
+  ASSERT_TRUE(ints.ok()) << ints.status();
+  EXPECT_EQ(As<int64_t>(ints->request->inputs[0].data),
+            (std::vector<int64_t>{INT64_MIN, INT64_MAX, 0}));
+
+  for (const char* text : {"2e308", "-1e400"}) {
+    auto huge = ParseInferRequest(
+        inferd::StrCat(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP64","data":[)", text,
+                       "]}]}"),
+        std::nullopt, nullptr);
+    ASSERT_FALSE(huge.ok()) << text;
+    EXPECT_THAT(std::string(huge.status().message()),
+                ::testing::MatchesRegex("malformed JSON in the request body at offset [0-9]+: "
+                                        "(number 2e308 does not fit in a double|"
+                                        "Number too big to be stored in double.)"));
+  }
 }
 
 TEST(InferCodecTest, BinaryInputsAreViewsIntoTheBody) {

@@ -219,9 +219,18 @@ class TorchInstance : public ModelInstance {
 
     for (auto& [name, tensor] : outs) {
       auto holder = std::make_shared<torch::Tensor>(tensor.contiguous().cpu());
+      // A single request's inputs are views over the request's bytes; an output that shares
+      // that memory (forward() returned an input, or a view of one) must not outlive the request.
+      if (n == 1 && AliasesInput(*holder, *requests[0])) *holder = holder->clone();
       const DataType dtype = FromTorch(holder->scalar_type());
-      if (dtype == DataType::kInvalid) {
-        return absl::InternalError(StrCat("output '", name, "' has a type inferd does not support"));
+      const DataType expected = ExpectedOutputType(name);
+      if (dtype != expected) {
+        return absl::InternalError(StrCat(
+            "pytorch: model '", config_->name(), "': configuration expects datatype ",
+            config::ProtoTypeName(config::ToProto(expected)), " for output '", name,
+            "', model provides ",
+            dtype == DataType::kInvalid ? std::string(c10::toString(holder->scalar_type()))
+                                        : config::ProtoTypeName(config::ToProto(dtype))));
       }
       Shape shape(holder->sizes().begin(), holder->sizes().end());
       const std::string_view all(static_cast<const char*>(holder->data_ptr()), holder->nbytes());
@@ -247,6 +256,24 @@ class TorchInstance : public ModelInstance {
       }
     }
     return absl::OkStatus();
+  }
+
+  static bool AliasesInput(const torch::Tensor& t, const core::InferRequest& request) {
+    const char* begin = static_cast<const char*>(t.storage().data());
+    const char* end = begin + t.storage().nbytes();
+    for (const auto& in : request.inputs) {
+      const char* b = in.data.data();
+      const char* e = b + in.data.size();
+      if (b < end && begin < e) return true;
+    }
+    return false;
+  }
+
+  DataType ExpectedOutputType(const std::string& name) const {
+    for (const auto& out : config_->output()) {
+      if (out.name() == name) return config::FromProto(out.data_type());
+    }
+    return DataType::kInvalid;
   }
 
   const config::ModelConfig* config_;

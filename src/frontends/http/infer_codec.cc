@@ -7,7 +7,10 @@
 
 #include "common/strings.h"
 #include "rapidjson/document.h"
+#include "rapidjson/encodedstream.h"
 #include "rapidjson/error/en.h"
+#include "rapidjson/memorystream.h"
+#include "rapidjson/reader.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
 
@@ -20,6 +23,82 @@ constexpr int kMaxJsonDataDepth = 64;
 
 absl::Status Invalid(std::string_view input, std::string_view what) {
   return absl::InvalidArgumentError(inferd::StrCat("input '", input, "': ", what));
+}
+
+// Forwards SAX events to a Document, converting numbers itself: the reader hands them over as
+// text (kParseNumbersAsStringsFlag) and std::from_chars turns them into the nearest double or an
+// exact integer. This keeps FP64 tensors bit-exact without rapidjson's full-precision strtod,
+// which overflows a signed integer on some inputs (found by fuzz/infer_codec_fuzz).
+class ExactNumberHandler {
+ public:
+  explicit ExactNumberHandler(rapidjson::Document& doc) : doc_(doc) {}
+
+  bool Null() { return doc_.Null(); }
+  bool Bool(bool b) { return doc_.Bool(b); }
+  bool Int(int i) { return doc_.Int(i); }
+  bool Uint(unsigned i) { return doc_.Uint(i); }
+  bool Int64(int64_t i) { return doc_.Int64(i); }
+  bool Uint64(uint64_t i) { return doc_.Uint64(i); }
+  bool Double(double d) { return doc_.Double(d); }
+  bool String(const char* s, rapidjson::SizeType n, bool copy) { return doc_.String(s, n, copy); }
+  bool StartObject() { return doc_.StartObject(); }
+  bool Key(const char* s, rapidjson::SizeType n, bool copy) { return doc_.Key(s, n, copy); }
+  bool EndObject(rapidjson::SizeType n) { return doc_.EndObject(n); }
+  bool StartArray() { return doc_.StartArray(); }
+  bool EndArray(rapidjson::SizeType n) { return doc_.EndArray(n); }
+
+  bool RawNumber(const char* s, rapidjson::SizeType n, bool /*copy*/) {
+    const std::string_view text(s, n);
+    const bool integral = text.find_first_of(".eEIN") == std::string_view::npos;
+    if (integral) {
+      if (text.front() == '-') {
+        int64_t v = 0;
+        auto r = std::from_chars(s, s + n, v);
+        if (r.ec == std::errc() && r.ptr == s + n) return doc_.Int64(v);
+      } else {
+        uint64_t v = 0;
+        auto r = std::from_chars(s, s + n, v);
+        if (r.ec == std::errc() && r.ptr == s + n) return doc_.Uint64(v);
+      }
+      // Integers beyond 64 bits become doubles, as rapidjson itself does.
+    }
+    double d = 0;
+    auto r = std::from_chars(s, s + n, d);
+    if (r.ec != std::errc() || r.ptr != s + n) {
+      bad_number_.assign(text);
+      return false;
+    }
+    return doc_.Double(d);
+  }
+
+  const std::string& bad_number() const { return bad_number_; }
+
+ private:
+  rapidjson::Document& doc_;
+  std::string bad_number_;
+};
+
+// Parses `json` into `doc`; numbers are converted exactly (see ExactNumberHandler).
+absl::Status ParseJsonExact(std::string_view json, rapidjson::Document& doc) {
+  constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
+                              rapidjson::kParseNumbersAsStringsFlag;
+  rapidjson::Reader reader;
+  rapidjson::MemoryStream ms(json.data(), json.size());
+  rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
+  ExactNumberHandler handler(doc);
+  auto generate = [&](rapidjson::Document&) {
+    return !reader.Parse<kFlags>(is, handler).IsError();
+  };
+  doc.Populate(generate);
+  if (!reader.HasParseError()) return absl::OkStatus();
+  if (!handler.bad_number().empty()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "malformed JSON in the request body at offset ", reader.GetErrorOffset(), ": number ",
+        handler.bad_number(), " does not fit in a double"));
+  }
+  return absl::InvalidArgumentError(inferd::StrCat(
+      "malformed JSON in the request body at offset ", reader.GetErrorOffset(), ": ",
+      rapidjson::GetParseError_En(reader.GetParseErrorCode())));
 }
 
 template <typename T>
@@ -258,14 +337,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     binary = body.substr(*header_length);
   }
   rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
-            rapidjson::kParseFullPrecisionFlag>(json.data(),
-                                                                           json.size());
-  if (doc.HasParseError()) {
-    return absl::InvalidArgumentError(inferd::StrCat(
-        "malformed JSON in the request body at offset ", doc.GetErrorOffset(), ": ",
-        rapidjson::GetParseError_En(doc.GetParseError())));
-  }
+  if (auto st = ParseJsonExact(json, doc); !st.ok()) return st;
   if (!doc.IsObject()) return absl::InvalidArgumentError("the request body must be a JSON object");
 
   ParsedInfer parsed;
