@@ -43,6 +43,9 @@ std::string Usage() {
   --http-thread-count=<n>          I/O event loops (default: number of cores)
   --http-max-input-size=<bytes>    largest request body (default 67108864)
   --http-max-header-size=<bytes>   largest request header block (default 65536)
+  --http-idle-timeout-secs=<n>     close connections idle this long (default 300)
+  --http-request-timeout-secs=<n>  408 when a request takes longer to arrive (default 60)
+  --http-max-connections=<n>       503 beyond this many (default: descriptor limit - 128)
   --max-queue-size=<n>             requests queued per model before 503 (default 4096)
   --allow-grpc=<bool>              serve gRPC (default true)
   --grpc-port=<n>                  (default 8001; 0 picks a free port)
@@ -113,6 +116,9 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"http-thread-count", set_int("http-thread-count", 1, [&](int64_t n) { f.http.threads = static_cast<int>(n); })},
       {"http-max-input-size", set_int("http-max-input-size", 1, [&](int64_t n) { f.http.limits.max_body_bytes = n; })},
       {"http-max-header-size", set_int("http-max-header-size", 256, [&](int64_t n) { f.http.limits.max_header_bytes = n; })},
+      {"http-idle-timeout-secs", set_int("http-idle-timeout-secs", 1, [&](int64_t n) { f.http.idle_timeout_secs = static_cast<int>(n); })},
+      {"http-request-timeout-secs", set_int("http-request-timeout-secs", 1, [&](int64_t n) { f.http.request_timeout_secs = static_cast<int>(n); })},
+      {"http-max-connections", set_int("http-max-connections", 1, [&](int64_t n) { f.http.max_connections = static_cast<int>(n); })},
       {"allow-grpc", set_bool("allow-grpc", &f.allow_grpc)},
       {"grpc-port", set_int("grpc-port", 0, [&](int64_t n) { f.grpc.port = static_cast<int>(n); })},
       {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},

@@ -2,6 +2,7 @@
 // stop taking new work, drain the models (answering everything in flight), then close the
 // HTTP loops.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -50,6 +51,14 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Every connection is a descriptor: take the hard limit, which the HTTP servers' connection
+  // caps are derived from.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   backends::BackendRegistry backends;
   backends.Register(backends::MakeIdentityBackend());

@@ -94,6 +94,71 @@ void ModelLifecycle::SetFailed(const std::string& name, const std::string& dir,
   e.reason = std::string(status.message());
 }
 
+namespace {
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int extra;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;
+    for (int k = 1; k <= extra; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    const bool overlong = (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) ||
+                          (extra == 3 && cp < 0x10000);
+    if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ValidateModelName(std::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
+  if (!IsValidUtf8(name)) return absl::InvalidArgumentError("the model name is not valid UTF-8");
+  std::string_view why;
+  if (name == "." || name == "..") {
+    why = "is a path part";
+  } else if (name.find_first_of("/\\") != std::string_view::npos) {
+    why = "contains a path separator";
+  } else {
+    for (char c : name) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) why = "contains a control character";
+    }
+  }
+  if (why.empty()) return absl::OkStatus();
+  std::string printable;
+  for (char c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      printable += '?';
+    } else {
+      printable += c;
+    }
+  }
+  return absl::InvalidArgumentError(inferd::StrCat("invalid model name '", printable, "': it ", why));
+}
+
 absl::Status ModelLifecycle::Load(const std::string& name,
                                   const std::optional<config::ModelConfig>& override_config) {
   if (!IsSafeModelName(name)) {
@@ -291,6 +356,7 @@ void ModelLifecycle::Poll() {
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
                                                                  int64_t version) const {
+  RETURN_IF_ERROR(ValidateModelName(name));
   absl::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) {

@@ -24,6 +24,10 @@
 
 namespace inferd::repository {
 
+// A model name must be usable as one folder name: not empty, not "." or "..", no '/', '\\' or
+// control characters, valid UTF-8. Errors are InvalidArgument and quote the name.
+absl::Status ValidateModelName(std::string_view name);
+
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
 std::string_view ModelStateName(ModelState state);
 

@@ -237,6 +237,10 @@ std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) con
 
 void Server::LoadModel(std::string name, std::optional<std::string> config_json,
                        std::function<void(absl::Status)> done) {
+  if (auto st = repository::ValidateModelName(name); !st.ok()) {
+    done(st);
+    return;
+  }
   if (options_.control_mode != ControlMode::kExplicit) {
     done(absl::FailedPreconditionError(
         "explicit model load / unload is not allowed unless --model-control-mode=explicit"));
@@ -260,6 +264,10 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
 }
 
 void Server::UnloadModel(std::string name, std::function<void(absl::Status)> done) {
+  if (auto st = repository::ValidateModelName(name); !st.ok()) {
+    done(st);
+    return;
+  }
   if (options_.control_mode != ControlMode::kExplicit) {
     done(absl::FailedPreconditionError(
         "explicit model load / unload is not allowed unless --model-control-mode=explicit"));

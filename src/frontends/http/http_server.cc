@@ -6,11 +6,14 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -24,6 +27,7 @@ namespace {
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr size_t kMinFree = 16 * 1024;
+constexpr int64_t kSweepIntervalNs = 1'000'000'000;
 
 // A growable byte buffer that, unlike std::string, does not zero what it allocates: each
 // request's bytes are read straight into it and it becomes the request's body owner.
@@ -48,7 +52,9 @@ std::string_view StatusText(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 404: return "Not Found";
+    case 403: return "Forbidden";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 411: return "Length Required";
     case 413: return "Payload Too Large";
@@ -71,8 +77,10 @@ thread_local EventLoop* tls_loop = nullptr;
 
 class EventLoop {
  public:
-  EventLoop(const HttpServerOptions* options, const HttpHandler* handler, int listen_fd)
-      : options_(options), handler_(handler), listen_fd_(listen_fd) {
+  EventLoop(const HttpServerOptions* options, const HttpHandler* handler, int listen_fd,
+            std::atomic<int>* connections, int max_connections)
+      : options_(options), handler_(handler), listen_fd_(listen_fd), connections_(connections),
+        max_connections_(max_connections) {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     epoll_event ev{};
@@ -84,7 +92,11 @@ class EventLoop {
   }
 
   ~EventLoop() {
-    for (auto& [id, c] : conns_) ::close(c->fd);
+    for (int fd : rejected_) ::close(fd);
+    for (auto& [id, c] : conns_) {
+      ::close(c->fd);
+      connections_->fetch_sub(1, std::memory_order_relaxed);
+    }
     ::close(listen_fd_);
     ::close(wake_fd_);
     ::close(epfd_);
@@ -93,8 +105,15 @@ class EventLoop {
   void Run() {
     tls_loop = this;
     epoll_event events[128];
+    int64_t next_sweep = NowNs() + kSweepIntervalNs;
     while (!stop_.load(std::memory_order_acquire)) {
-      int n = epoll_wait(epfd_, events, 128, -1);
+      // Wake at least once a second to close idle and too-slow connections.
+      int n = epoll_wait(epfd_, events, 128, conns_.empty() && rejected_.empty() ? -1 : 1000);
+      const int64_t now = NowNs();
+      if (now >= next_sweep) {
+        Sweep(now);
+        next_sweep = now + kSweepIntervalNs;
+      }
       if (n < 0) {
         if (errno == EINTR) continue;
         LOG_ERROR << "epoll_wait: " << std::strerror(errno);
@@ -162,7 +181,54 @@ class EventLoop {
     bool processing = false;
     bool dead = false;
     bool peer_closed = false;
+    int64_t last_io_ns = 0;        // last byte read or written
+    int64_t request_start_ns = 0;  // first byte of the request being received (0: none)
   };
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Closes connections idle past idle_timeout_secs and answers 408 to requests that have not
+  // arrived whole within request_timeout_secs.
+  void Sweep(int64_t now) {
+    for (int fd : rejected_) {
+      char sink[4096];
+      while (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+      }
+      ::close(fd);
+    }
+    rejected_.clear();
+    const int64_t idle_ns = int64_t{options_->idle_timeout_secs} * 1'000'000'000;
+    const int64_t request_ns = int64_t{options_->request_timeout_secs} * 1'000'000'000;
+    std::vector<Connection*> expired;
+    for (auto& [id, c] : conns_) {
+      if (c->in_flight || c->dead) continue;
+      if (c->in->size > 0 && c->request_start_ns != 0 && now - c->request_start_ns > request_ns) {
+        expired.push_back(c.get());
+      } else if (now - c->last_io_ns > idle_ns) {
+        c->dead = true;
+        expired.push_back(c.get());
+      }
+    }
+    for (Connection* c : expired) {
+      if (c->dead) {
+        CloseIfDead(c);
+        continue;
+      }
+      HttpResponse resp;
+      resp.status = 408;
+      resp.content_type = "application/json";
+      resp.body = inferd::StrCat("{\"error\":\"the request did not arrive whole within ",
+                                 options_->request_timeout_secs, " seconds\"}");
+      resp.close = true;
+      c->in_flight = true;
+      c->in->size = 0;
+      Respond(c->id, std::move(resp));
+    }
+  }
 
   void Wake() {
     uint64_t one = 1;
@@ -177,11 +243,26 @@ class EventLoop {
         if (errno == EINTR) continue;
         return;  // EAGAIN, or out of descriptors: try again on the next event
       }
+      if (connections_->fetch_add(1, std::memory_order_relaxed) >= max_connections_) {
+        connections_->fetch_sub(1, std::memory_order_relaxed);
+        static constexpr std::string_view kBusy =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            "Content-Length: 50\r\nConnection: close\r\n\r\n"
+            "{\"error\":\"the server has too many connections\"}";
+        ssize_t unused = ::send(fd, kBusy.data(), kBusy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)unused;
+        // Closing now, with the client's request unread, would reset the connection and could
+        // destroy the answer before the client reads it: finish sending, close on the next sweep.
+        shutdown(fd, SHUT_WR);
+        rejected_.push_back(fd);
+        continue;
+      }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto c = std::make_unique<Connection>();
       c->fd = fd;
       c->id = next_id_++;
+      c->last_io_ns = NowNs();
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
       ev.data.u64 = c->id;
@@ -202,6 +283,8 @@ class EventLoop {
       const size_t want = in.capacity - in.size;
       ssize_t n = ::recv(c->fd, in.data.get() + in.size, want, 0);
       if (n > 0) {
+        c->last_io_ns = NowNs();
+        if (in.size == 0 && !c->in_flight) c->request_start_ns = c->last_io_ns;
         in.size += n;
         if (static_cast<size_t>(n) < want) return;  // drained for now
         continue;
@@ -257,6 +340,7 @@ class EventLoop {
       c->in_flight = true;
       c->sent_continue = false;
       c->close_after = !request.keep_alive;
+      c->request_start_ns = 0;
       std::shared_ptr<const void> body_owner = owner;
       if (!chunked->empty()) {
         // A decoded chunked body lives in its own string; keep both alive.
@@ -286,6 +370,9 @@ class EventLoop {
     if (it == conns_.end()) return;  // the client went away
     Connection* c = it->second.get();
     c->in_flight = false;
+    c->last_io_ns = NowNs();
+    // Pipelined bytes already read start the next request's clock now.
+    if (c->in->size > 0) c->request_start_ns = c->last_io_ns;
     const bool close = resp.close || c->close_after || c->peer_closed;
     size_t body_size = resp.body.size();
     for (auto& t : resp.tail) body_size += t.size();
@@ -358,6 +445,7 @@ class EventLoop {
         return;
       }
       c->out.erase(0, n);
+      c->last_io_ns = NowNs();
     }
     if (c->close_after && !c->in_flight) c->dead = true;
   }
@@ -365,6 +453,7 @@ class EventLoop {
   void CloseIfDead(Connection* c) {
     if (!c->dead) return;
     ::close(c->fd);
+    connections_->fetch_sub(1, std::memory_order_relaxed);
     conns_.erase(c->id);
   }
 
@@ -373,6 +462,9 @@ class EventLoop {
   int listen_fd_;
   int epfd_ = -1;
   int wake_fd_ = -1;
+  std::atomic<int>* connections_;
+  const int max_connections_;
+  std::vector<int> rejected_;  // over the connection cap: answered 503, closed on the next sweep
   uint64_t next_id_ = 2;
   std::atomic<bool> stop_{false};
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
@@ -408,6 +500,13 @@ HttpServer::~HttpServer() { Stop(); }
 
 absl::Status HttpServer::Start() {
   int port = options_.port;
+  int max_connections = options_.max_connections;
+  if (max_connections <= 0) {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    // Leave descriptors for model files, the gRPC and metrics servers and logs.
+    max_connections = static_cast<int>(std::clamp<rlim_t>(lim.rlim_cur, 256, 1 << 20)) - 128;
+  }
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
     int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     bool v6 = fd >= 0;
@@ -464,7 +563,8 @@ absl::Status HttpServer::Start() {
       port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
     }
-    loops_.push_back(std::make_unique<EventLoop>(&options_, &handler_, fd));
+    loops_.push_back(
+        std::make_unique<EventLoop>(&options_, &handler_, fd, &connections_, max_connections));
   }
   port_ = port;
   for (auto& loop : loops_) threads_.emplace_back([l = loop.get()] { l->Run(); });

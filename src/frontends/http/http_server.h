@@ -62,6 +62,14 @@ struct HttpServerOptions {
   int port = 8000;
   int threads = 2;
   ParserLimits limits;
+  // A connection with no request in progress is closed after this long without traffic.
+  int idle_timeout_secs = 300;
+  // A request must arrive whole within this long of its first byte, or it is answered 408 and
+  // the connection closed (a client trickling bytes cannot hold a connection forever).
+  int request_timeout_secs = 60;
+  // Connections beyond this many are answered 503 and closed at once (0: the process's
+  // descriptor limit less a reserve for models and files).
+  int max_connections = 0;
 };
 
 class HttpServer {
@@ -79,6 +87,7 @@ class HttpServer {
   HttpServerOptions options_;
   HttpHandler handler_;
   int port_ = 0;
+  std::atomic<int> connections_{0};
   std::vector<std::unique_ptr<EventLoop>> loops_;
   std::vector<std::thread> threads_;
 };

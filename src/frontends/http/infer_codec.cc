@@ -81,7 +81,8 @@ class ExactNumberHandler {
 // Parses `json` into `doc`; numbers are converted exactly (see ExactNumberHandler).
 absl::Status ParseJsonExact(std::string_view json, rapidjson::Document& doc) {
   constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
-                              rapidjson::kParseNumbersAsStringsFlag;
+                              rapidjson::kParseNumbersAsStringsFlag |
+                              rapidjson::kParseValidateEncodingFlag;
   rapidjson::Reader reader;
   rapidjson::MemoryStream ms(json.data(), json.size());
   rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);

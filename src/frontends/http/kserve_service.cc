@@ -106,8 +106,12 @@ void KServeHttpService::Handle(const HttpRequest& request,
     const bool get = request.method == "GET" || request.method == "HEAD";
     const bool post = request.method == "POST";
     auto method_not_allowed = [&] {
-      return now(ErrorResponse(405, inferd::StrCat("method ", request.method, " is not allowed on ",
-                                                 request.path)));
+      // Every route takes exactly one of GET (or HEAD) and POST.
+      HttpResponse r = ErrorResponse(405, inferd::StrCat("method ", request.method,
+                                                       " is not allowed on ", request.path,
+                                                       "; use ", get ? "POST" : "GET"));
+      r.headers.emplace_back("Allow", get ? "POST" : "GET, HEAD");
+      return now(std::move(r));
     };
     if (s.empty() || s[0] != "v2") {
       return now(ErrorResponse(404, inferd::StrCat("no route for ", request.path)));
