@@ -46,6 +46,12 @@ std::string Usage() {
   --http-idle-timeout-secs=<n>     close connections idle this long (default 300)
   --http-request-timeout-secs=<n>  408 when a request takes longer to arrive (default 60)
   --http-max-connections=<n>       503 beyond this many (default: descriptor limit - 128)
+  --http-restricted-api=<category>[,<category>...]:<key>=<value>
+                                   only requests with header <key>: <value> may use these
+                                   APIs (health, metadata, inference, shared-memory,
+                                   model-config, model-repository, statistics, trace, logging);
+                                   repeatable
+  --grpc-restricted-protocol=<same form>   the same for gRPC (metadata key <key>)
   --max-queue-size=<n>             requests queued per model before 503 (default 4096)
   --allow-grpc=<bool>              serve gRPC (default true)
   --grpc-port=<n>                  (default 8001; 0 picks a free port)
@@ -119,6 +125,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"http-idle-timeout-secs", set_int("http-idle-timeout-secs", 1, [&](int64_t n) { f.http.idle_timeout_secs = static_cast<int>(n); })},
       {"http-request-timeout-secs", set_int("http-request-timeout-secs", 1, [&](int64_t n) { f.http.request_timeout_secs = static_cast<int>(n); })},
       {"http-max-connections", set_int("http-max-connections", 1, [&](int64_t n) { f.http.max_connections = static_cast<int>(n); })},
+      {"http-restricted-api", [&](const std::string& v) { return f.http_restrictions.Add("http-restricted-api", v); }},
+      {"grpc-restricted-protocol", [&](const std::string& v) { return f.grpc.restrictions.Add("grpc-restricted-protocol", v); }},
       {"allow-grpc", set_bool("allow-grpc", &f.allow_grpc)},
       {"grpc-port", set_int("grpc-port", 0, [&](int64_t n) { f.grpc.port = static_cast<int>(n); })},
       {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},

@@ -14,6 +14,7 @@ namespace inferd::app {
 struct Flags {
   server::ServerOptions server;
   http::HttpServerOptions http;
+  ApiRestrictions http_restrictions;  // --http-restricted-api
   bool allow_http = true;
   bool allow_grpc = true;
   grpcfe::GrpcOptions grpc;

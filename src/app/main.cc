@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  http::KServeHttpService kserve(&server);
+  http::KServeHttpService kserve(&server, flags->http_restrictions);
   std::unique_ptr<http::HttpServer> http;
   if (flags->allow_http) {
     http = std::make_unique<http::HttpServer>(flags->http, kserve.AsHandler());

@@ -399,3 +399,79 @@ def test_thousands_of_idle_connections_and_a_connection_cap(server_factory, make
             s.close()
     time.sleep(0.3)
     good_answer(srv)
+
+
+# ---- restricted APIs ----------------------------------------------------------------------
+
+
+def test_restricted_http_api_and_grpc_protocol(server_factory, make_repo, pb):  # noqa: F811
+    repo = make_repo({"simple": "simple"})
+    srv = server_factory(repo, ["--http-restricted-api=model-repository,inference:infer-key=s3cret",
+                                "--http-restricted-api=statistics:admin=1",
+                                "--grpc-restricted-protocol=inference:infer-key=s3cret"],
+                         wait_live=True)
+    ins = [make_input("INPUT0", A, "INT32"), make_input("INPUT1", B, "INT32")]
+    # Refused without the header, and with a wrong value: 403 naming the header.
+    for headers in ({}, {"infer-key": "wrong"}):
+        r = srv.post("/v2/models/simple/infer", json={"inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": A.ravel().tolist()},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": B.ravel().tolist()}]},
+            headers=headers)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"] == "This API is restricted, expecting header 'infer-key'"
+    r = srv.post("/v2/repository/index", json={})
+    assert r.status_code == 403 and "infer-key" in r.json()["error"], r.text
+    r = srv.get("/v2/models/stats")
+    assert r.status_code == 403 and "'admin'" in r.json()["error"], r.text
+    # Open categories stay open.
+    assert srv.get("/v2/health/ready").status_code == 200
+    assert srv.get("/v2/models/simple").status_code == 200
+    # With the header (any case of its name) the call goes through.
+    r = infer(srv, "simple", ins)
+    assert r.status_code == 403
+    from v2client import build_request
+    body, headers = build_request(ins)
+    headers["Infer-Key"] = "s3cret"
+    r = srv.post("/v2/models/simple/infer", data=body, headers=headers)
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], A + B)
+    assert srv.get("/v2/models/stats", headers={"admin": "1"}).status_code == 200
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}")
+    stub = pb[1].GRPCInferenceServiceStub(channel)
+    req = simple_request(pb, A, B)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(req, timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert e.value.details() == "This protocol is restricted, expecting header 'infer-key'"
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.ModelStreamInfer(iter([req]), timeout=10))
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    resp = stub.ModelInfer(req, timeout=10, metadata=[("infer-key", "s3cret")])
+    np.testing.assert_array_equal(
+        np.frombuffer(resp.raw_output_contents[0], dtype=np.int32).reshape(1, 16), A + B)
+    assert stub.ServerLive(pb[0].ServerLiveRequest(), timeout=10).live  # health is open
+    channel.close()
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--http-restricted-api=inference", "takes <category>[,<category>...]:<key>=<value>"),
+    ("--http-restricted-api=bogus:k=v", "unknown category 'bogus'"),
+    ("--grpc-restricted-protocol=health:=v", "takes <category>"),
+])
+def test_restricted_api_flag_errors(flag, message):
+    import subprocess
+    from conftest import INFERD_BIN
+    p = subprocess.run([str(INFERD_BIN), "--model-repository=/nonexistent", flag],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p
+    assert message in p.stderr, p.stderr
+
+
+def test_restricting_a_category_twice_is_an_error():
+    import subprocess
+    from conftest import INFERD_BIN
+    p = subprocess.run([str(INFERD_BIN), "--model-repository=/nonexistent",
+                        "--http-restricted-api=health:a=1", "--http-restricted-api=health,trace:b=2"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "category 'health' is restricted more than once" in p.stderr, p

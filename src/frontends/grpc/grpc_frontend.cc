@@ -1,5 +1,6 @@
 #include "frontends/grpc/grpc_frontend.h"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -145,26 +146,61 @@ class StreamReactor
   int in_flight_ = 0;
 };
 
+// A ModelStreamInfer call refused before it starts.
+class RefusedStream
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  explicit RefusedStream(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 class GrpcFrontend::Service final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit Service(server::Server* server) : server_(server) {}
+  Service(server::Server* server, ApiRestrictions restrictions)
+      : server_(server), restrictions_(std::move(restrictions)) {}
+
+  // Checks --grpc-restricted-protocol for a call of `category`: null when the call may go on,
+  // else the reactor that has refused it (UNAVAILABLE, as tritonserver answers).
+  ServerUnaryReactor* Refuse(CallbackServerContext* ctx, ApiCategory category) {
+    return Allowed(ctx, category) ? nullptr : Done(ctx, Refusal(category));
+  }
+
+  bool Allowed(CallbackServerContext* ctx, ApiCategory category) const {
+    const auto& rule = restrictions_.Find(category);
+    if (!rule) return true;
+    std::string key = rule->key;
+    std::transform(key.begin(), key.end(), key.begin(), ::tolower);  // gRPC keys are lowercase
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(key);
+    return it != md.end() && std::string_view(it->second.data(), it->second.size()) == rule->value;
+  }
+
+  grpc::Status Refusal(ApiCategory category) const {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        StrCat("This protocol is restricted, expecting header '",
+                               restrictions_.Find(category)->key, "'"));
+  }
 
   ServerUnaryReactor* ServerLive(CallbackServerContext* ctx, const inference::ServerLiveRequest*,
                                  inference::ServerLiveResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kHealth)) return refused;
     resp->set_live(server_->IsLive());
     return Done(ctx, grpc::Status::OK);
   }
 
   ServerUnaryReactor* ServerReady(CallbackServerContext* ctx, const inference::ServerReadyRequest*,
                                   inference::ServerReadyResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kHealth)) return refused;
     resp->set_ready(server_->IsReady());
     return Done(ctx, grpc::Status::OK);
   }
 
   ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
                                  inference::ModelReadyResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kHealth)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
     resp->set_ready(server_->IsModelReady(req->name(), *v));
@@ -174,6 +210,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx,
                                      const inference::ServerMetadataRequest*,
                                      inference::ServerMetadataResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
     resp->set_name(std::string(server::Server::kName));
     resp->set_version(std::string(server::Server::kVersion));
     for (const auto& e : server::Server::Extensions()) resp->add_extensions(e);
@@ -183,6 +220,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx,
                                     const inference::ModelMetadataRequest* req,
                                     inference::ModelMetadataResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
     auto md = server_->GetModelMetadata(req->name(), *v);
@@ -202,6 +240,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
 
   ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const inference::ModelInferRequest* req,
                                  inference::ModelInferResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kInference)) return refused;
     auto* reactor = ctx->DefaultReactor();
     try {
       const uint64_t received = core::NowNs();
@@ -229,12 +268,14 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   }
 
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(CallbackServerContext*) override {
+  ModelStreamInfer(CallbackServerContext* ctx) override {
+    if (!Allowed(ctx, ApiCategory::kInference)) return new RefusedStream(Refusal(ApiCategory::kInference));
     return new StreamReactor(server_);
   }
 
   ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
                                   inference::ModelConfigResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kModelConfig)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
     auto cfg = server_->GetModelConfig(req->name(), *v);
@@ -246,6 +287,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx,
                                       const inference::ModelStatisticsRequest* req,
                                       inference::ModelStatisticsResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kStatistics)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
     auto stats = server_->GetStatistics(req->name(), *v);
@@ -257,6 +299,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx,
                                       const inference::RepositoryIndexRequest* req,
                                       inference::RepositoryIndexResponse* resp) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kModelRepository)) return refused;
     for (const auto& e : server_->RepositoryIndex(req->ready())) {
       auto* m = resp->add_models();
       m->set_name(e.name);
@@ -270,6 +313,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx,
                                           const inference::RepositoryModelLoadRequest* req,
                                           inference::RepositoryModelLoadResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kModelRepository)) return refused;
     std::optional<std::string> config_json;
     for (const auto& [key, p] : req->parameters()) {
       if (key == "config") {
@@ -291,6 +335,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx,
                                             const inference::RepositoryModelUnloadRequest* req,
                                             inference::RepositoryModelUnloadResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kModelRepository)) return refused;
     auto* reactor = ctx->DefaultReactor();
     server_->UnloadModel(req->model_name(),
                          [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
@@ -300,39 +345,47 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx,
                                                const inference::SystemSharedMemoryStatusRequest*,
                                                inference::SystemSharedMemoryStatusResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("system shared memory"));
   }
   ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
                                                  const inference::SystemSharedMemoryRegisterRequest*,
                                                  inference::SystemSharedMemoryRegisterResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("system shared memory"));
   }
   ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
                                                    const inference::SystemSharedMemoryUnregisterRequest*,
                                                    inference::SystemSharedMemoryUnregisterResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("system shared memory"));
   }
   ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
                                              const inference::CudaSharedMemoryStatusRequest*,
                                              inference::CudaSharedMemoryStatusResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("CUDA shared memory"));
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
                                                const inference::CudaSharedMemoryRegisterRequest*,
                                                inference::CudaSharedMemoryRegisterResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("CUDA shared memory"));
   }
   ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
                                                  const inference::CudaSharedMemoryUnregisterRequest*,
                                                  inference::CudaSharedMemoryUnregisterResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, Unimplemented("CUDA shared memory"));
   }
   ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest*,
                                    inference::TraceSettingResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kTrace)) return refused;
     return Done(ctx, Unimplemented("tracing"));
   }
   ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest*,
                                   inference::LogSettingsResponse*) override {
+    if (auto* refused = Refuse(ctx, ApiCategory::kLogging)) return refused;
     return Done(ctx, Unimplemented("the log settings API"));
   }
 
@@ -344,10 +397,12 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   }
 
   server::Server* server_;
+  ApiRestrictions restrictions_;
 };
 
 GrpcFrontend::GrpcFrontend(server::Server* server, GrpcOptions options)
-    : server_(server), options_(std::move(options)), service_(std::make_unique<Service>(server)) {}
+    : server_(server), options_(std::move(options)),
+      service_(std::make_unique<Service>(server, options_.restrictions)) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/restricted_api.h"
 #include "server/server.h"
 
 namespace grpc {
@@ -21,6 +22,7 @@ struct GrpcOptions {
   int port = 8001;
   int max_message_bytes = 64 * 1024 * 1024;
   int infer_threads = 0;  // 0: gRPC's default
+  ApiRestrictions restrictions;  // --grpc-restricted-protocol
 };
 
 class GrpcFrontend {

@@ -93,6 +93,30 @@ HttpHandler KServeHttpService::AsHandler() {
   };
 }
 
+namespace {
+
+// The restricted-API category of a /v2 route (tritonserver's grouping).
+std::optional<ApiCategory> CategoryOf(const std::vector<std::string>& s) {
+  if (s.size() == 1) return ApiCategory::kMetadata;
+  const std::string& area = s[1];
+  if (area == "health") return ApiCategory::kHealth;
+  if (area == "repository") return ApiCategory::kModelRepository;
+  if (area == "systemsharedmemory" || area == "cudasharedmemory") return ApiCategory::kSharedMemory;
+  if (area == "trace") return ApiCategory::kTrace;
+  if (area == "logging") return ApiCategory::kLogging;
+  if (area != "models") return std::nullopt;
+  if (s.size() == 3 && s[2] == "stats") return ApiCategory::kStatistics;
+  const std::string& last = s.back();
+  if (s.size() == 3 || (s.size() == 5 && s[3] == "versions")) return ApiCategory::kMetadata;
+  if (last == "infer") return ApiCategory::kInference;
+  if (last == "ready") return ApiCategory::kHealth;
+  if (last == "config") return ApiCategory::kModelConfig;
+  if (last == "stats") return ApiCategory::kStatistics;
+  return std::nullopt;
+}
+
+}  // namespace
+
 void KServeHttpService::Handle(const HttpRequest& request,
                                std::shared_ptr<const void> body_owner, Reply reply) {
   auto now = [&reply](HttpResponse r) {
@@ -115,6 +139,16 @@ void KServeHttpService::Handle(const HttpRequest& request,
     };
     if (s.empty() || s[0] != "v2") {
       return now(ErrorResponse(404, inferd::StrCat("no route for ", request.path)));
+    }
+    if (!restrictions_.empty()) {
+      if (auto category = CategoryOf(s)) {
+        if (const auto& rule = restrictions_.Find(*category)) {
+          auto got = request.Header(rule->key);
+          if (!got || *got != rule->value) {
+            return now(ErrorResponse(403, ApiRestrictions::RefusalMessage(*rule)));
+          }
+        }
+      }
     }
     if (s.size() == 1) {
       if (!get) return method_not_allowed();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/restricted_api.h"
 #include "frontends/http/http_server.h"
 #include "server/server.h"
 
@@ -19,7 +20,8 @@ class KServeHttpService {
   // I/O thread. Called exactly once per request, on any thread.
   using Reply = std::function<void(std::function<HttpResponse()>)>;
 
-  explicit KServeHttpService(server::Server* server) : server_(server) {}
+  explicit KServeHttpService(server::Server* server, ApiRestrictions restrictions = {})
+      : server_(server), restrictions_(std::move(restrictions)) {}
 
   void Handle(const HttpRequest& request, std::shared_ptr<const void> body_owner,
               Reply reply);
@@ -36,6 +38,7 @@ class KServeHttpService {
   void RepositoryLoad(const HttpRequest& request, const std::string& model, bool load, Reply reply);
 
   server::Server* server_;
+  ApiRestrictions restrictions_;
 };
 
 }  // namespace inferd::http
