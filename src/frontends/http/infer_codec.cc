@@ -421,7 +421,12 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
       }
       std::string& buf = req.owned.emplace_back();
       const size_t elem = DataTypeSize(tensor.datatype);
-      if (elem && *count < (int64_t{1} << 40)) buf.reserve(static_cast<size_t>(*count) * elem);
+      // Each JSON element takes at least one byte of the header, so a shape that claims more
+      // elements than that cannot be satisfied: reserve nothing for it (a tiny request must
+      // not make the server allocate gigabytes); the count check below rejects it.
+      if (elem && static_cast<uint64_t>(*count) <= json.size()) {
+        buf.reserve(static_cast<size_t>(*count) * elem);
+      }
       int64_t got = 0;
       absl::Status st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, &buf, &got);
       if (!st.ok()) return st;
