@@ -21,7 +21,8 @@ if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 echo "== benchmarks (smoke)"
 for b in protocol onnx_latency; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
 
-# The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), with the
+# The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), then under
+# ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. The ASan stage also builds the
 # libFuzzer targets: unit tests, the integration suite against the sanitized binary (without
 # the LibTorch backend, which this build leaves out), and a short run of every fuzzer.
 if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
@@ -49,5 +50,16 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
     echo "$f: $(tail -1 "$log")"
     rm -rf "$corpus" "$log"
   done
+
+  # ThreadSanitizer: unit tests and the integration suite against a TSan binary. Debian's gRPC
+  # and Abseil are not built with TSan: fuzz/tsan.supp says what that leaves out and why.
+  echo "== ThreadSanitizer"
+  TSAN_DIR="$ROOT/build-tsan"
+  BUILD_DIR="$TSAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
+    INFERD_SANITIZE=thread EXTRA_CMAKE_ARGS="-DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
+  export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$ROOT/fuzz/tsan.supp"
+  (cd "$TSAN_DIR" && ctest --output-on-failure -j "$(nproc)")
+  INFERD_BIN="$TSAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
 fi
 echo "== all tests passed"

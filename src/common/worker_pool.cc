@@ -8,7 +8,7 @@ WorkerPool::WorkerPool(int threads, size_t max_queued) : max_queued_(max_queued)
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.SignalAll();
@@ -17,7 +17,7 @@ WorkerPool::~WorkerPool() {
 
 bool WorkerPool::Submit(std::function<void()> task) {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (stopping_ || tasks_.size() >= max_queued_) return false;
     tasks_.push_back(std::move(task));
   }
@@ -29,7 +29,7 @@ void WorkerPool::Loop() {
   for (;;) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       while (tasks_.empty() && !stopping_) cv_.Wait(&mu_);
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());

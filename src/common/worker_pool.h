@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace inferd {
 
@@ -23,8 +23,8 @@ class WorkerPool {
  private:
   void Loop();
   const size_t max_queued_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  inferd::Mutex mu_;
+  inferd::CondVar cv_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;

@@ -31,7 +31,7 @@ void ModelStats::RecordFailure(uint64_t request_ns, FailureReason reason) {
 void ModelStats::RecordExecution(uint64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
                                  uint64_t output_ns) {
   execution_count_.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock lock(&batch_mu_);
+  inferd::MutexLock lock(&batch_mu_);
   BatchStats& b = batch_stats_[batch_size];
   b.compute_input.count++;
   b.compute_input.ns += input_ns;
@@ -53,7 +53,7 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   s.compute_infer = compute_infer_.Get();
   s.compute_output = compute_output_.Get();
   for (int i = 0; i < 4; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
-  absl::MutexLock lock(&batch_mu_);
+  inferd::MutexLock lock(&batch_mu_);
   s.batch_stats = batch_stats_;
   return s;
 }

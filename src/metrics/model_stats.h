@@ -8,7 +8,7 @@
 #include <map>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace inferd::metrics {
 
@@ -64,7 +64,7 @@ class ModelStats {
   std::atomic<uint64_t> execution_count_{0};
   std::atomic<uint64_t> fail_by_reason_[4] = {0, 0, 0, 0};
   Counter success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
-  mutable absl::Mutex batch_mu_;
+  mutable inferd::Mutex batch_mu_;
   std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);
 };
 

@@ -24,7 +24,7 @@ SystemMetrics::SystemMetrics(MetricsRegistry* registry, int interval_ms)
 
 SystemMetrics::~SystemMetrics() {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.Signal();
@@ -32,7 +32,7 @@ SystemMetrics::~SystemMetrics() {
 }
 
 void SystemMetrics::Loop() {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   while (!stopping_) {
     cv_.WaitWithTimeout(&mu_, absl::Milliseconds(interval_ms_));
     if (stopping_) break;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "metrics/prometheus.h"
 
 namespace inferd::metrics {
@@ -27,8 +27,8 @@ class SystemMetrics {
   std::atomic<uint64_t> mem_used_{0};
   uint64_t last_busy_ = 0;
   uint64_t last_total_ = 0;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  inferd::Mutex mu_;
+  inferd::CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -87,7 +87,7 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
 
 void ModelLifecycle::SetFailed(const std::string& name, const std::string& dir,
                                const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   Entry& e = entries_[name];
   e.dir = dir;
   e.failed = true;
@@ -164,7 +164,7 @@ absl::Status ModelLifecycle::Load(const std::string& name,
   if (!IsSafeModelName(name)) {
     return absl::InvalidArgumentError(inferd::StrCat("invalid model name '", name, "'"));
   }
-  absl::MutexLock load_lock(&load_mu_);
+  inferd::MutexLock load_lock(&load_mu_);
   ScanResult scan = ScanRepositories(options_.repositories);
   if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
     return absl::InvalidArgumentError(dup->second);
@@ -186,7 +186,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
     LOG_ERROR << "failed to load model '" << name << "': " << cfg.status().message();
     SetFailed(name, dir, cfg.status());
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       entries_[name].fingerprint = fingerprint;
     }
     return cfg.status();
@@ -223,7 +223,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
   }
 
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     Entry& e = entries_[name];
     e.dir = dir;
     for (int64_t v : wanted) {
@@ -257,7 +257,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
 
   std::map<int64_t, VersionSlot> retired;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     Entry& e = entries_[name];
     retired.swap(e.versions);
     e.versions = std::move(fresh);
@@ -271,7 +271,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
 }
 
 absl::Status ModelLifecycle::LoadAll() {
-  absl::MutexLock load_lock(&load_mu_);
+  inferd::MutexLock load_lock(&load_mu_);
   ScanResult scan = ScanRepositories(options_.repositories);
   std::vector<std::string> failures;
   for (const auto& [name, reason] : scan.duplicates) {
@@ -287,10 +287,10 @@ absl::Status ModelLifecycle::LoadAll() {
 }
 
 absl::Status ModelLifecycle::Unload(const std::string& name) {
-  absl::MutexLock load_lock(&load_mu_);
+  inferd::MutexLock load_lock(&load_mu_);
   std::map<int64_t, VersionSlot> retired;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end()) {
       return absl::InvalidArgumentError(
@@ -311,36 +311,36 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
 }
 
 void ModelLifecycle::UnloadAll() {
-  absl::MutexLock load_lock(&load_mu_);
+  inferd::MutexLock load_lock(&load_mu_);
   std::map<std::string, Entry, std::less<>> retired;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     retired.swap(entries_);
   }
   retired.clear();
 }
 
 void ModelLifecycle::Poll() {
-  absl::MutexLock load_lock(&load_mu_);
+  inferd::MutexLock load_lock(&load_mu_);
   ScanResult scan = ScanRepositories(options_.repositories);
   std::vector<std::string> removed;
   std::map<std::string, std::string> changed;  // name -> dir
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     for (const auto& [name, entry] : entries_) {
       if (!scan.models.count(name)) removed.push_back(name);
     }
   }
   for (const auto& [name, loc] : scan.models) {
     std::string fp = Fingerprint(loc.dir);
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end() || it->second.fingerprint != fp) changed[name] = loc.dir;
   }
   for (const auto& name : removed) {
     std::map<int64_t, VersionSlot> retired;
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       auto it = entries_.find(name);
       retired.swap(it->second.versions);
       entries_.erase(it);
@@ -357,7 +357,7 @@ void ModelLifecycle::Poll() {
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
                                                                  int64_t version) const {
   RETURN_IF_ERROR(ValidateModelName(name));
-  absl::ReaderMutexLock lock(&mu_);
+  inferd::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
@@ -392,7 +392,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
 std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
     std::string_view name) const {
   std::vector<std::shared_ptr<const Model>> out;
-  absl::ReaderMutexLock lock(&mu_);
+  inferd::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return out;
   for (const auto& [v, slot] : it->second.versions) {
@@ -408,7 +408,7 @@ bool ModelLifecycle::IsReady(std::string_view name, int64_t version) const {
 std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
   std::vector<IndexEntry> out;
   ScanResult scan = ScanRepositories(options_.repositories);
-  absl::ReaderMutexLock lock(&mu_);
+  inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     if (entry.failed) {
       if (!ready_only) out.push_back({name, "", "UNAVAILABLE", entry.reason});
@@ -434,7 +434,7 @@ std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
 }
 
 bool ModelLifecycle::AllReady() const {
-  absl::ReaderMutexLock lock(&mu_);
+  inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     if (entry.failed) return false;
     for (const auto& [v, slot] : entry.versions) {
@@ -446,7 +446,7 @@ bool ModelLifecycle::AllReady() const {
 
 std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const {
   std::vector<std::shared_ptr<const Model>> out;
-  absl::ReaderMutexLock lock(&mu_);
+  inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     for (const auto& [v, slot] : entry.versions) {
       if (slot.state == ModelState::kReady) out.push_back(slot.model);

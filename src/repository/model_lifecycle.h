@@ -17,7 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "backends/backend.h"
 #include "config/model_config_util.h"
 #include "repository/model.h"
@@ -100,8 +100,8 @@ class ModelLifecycle {
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
 
-  absl::Mutex load_mu_;  // serializes loads and unloads; taken before mu_
-  mutable absl::Mutex mu_;
+  inferd::Mutex load_mu_;  // serializes loads and unloads; taken before mu_
+  mutable inferd::Mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -45,7 +45,7 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
       instances_(std::move(instances)) {
   const auto& db = config.dynamic_batching();
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (db.priority_levels() == 0) {
       levels_[0].policy = db.default_queue_policy();
     } else {
@@ -65,7 +65,7 @@ DynamicBatcher::~DynamicBatcher() { Shutdown(); }
 void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
   absl::Status refused;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     uint64_t level = default_level_;
     if (level != 0 && request->priority >= 1 && levels_.count(request->priority)) {
       level = request->priority;
@@ -241,7 +241,7 @@ void DynamicBatcher::InstanceLoop(size_t index) {
   for (;;) {
     std::vector<Pending> batch;
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       Slot& slot = *slots_[index];
       while (slot.batch.empty() && !workers_exit_) slot.cv.Wait(&mu_);
       if (slot.batch.empty()) return;  // shutting down and nothing assigned
@@ -295,7 +295,7 @@ void DynamicBatcher::InstanceLoop(size_t index) {
     if (any_ok) stats_->RecordExecution(total, input_ns, infer_ns, output_ns);
     Finish(std::move(done));
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       executing_ -= n;
       slots_[index]->busy = false;
     }
@@ -310,7 +310,7 @@ void DynamicBatcher::Finish(std::vector<std::pair<uint64_t, std::function<void()
   }
   // Completions run under order_mu_ so they are delivered strictly in arrival order; each
   // only hands a response to its frontend, so the section stays short.
-  absl::MutexLock lock(&order_mu_);
+  inferd::MutexLock lock(&order_mu_);
   for (auto& [seq, fn] : done) held_[seq] = std::move(fn);
   for (auto it = held_.find(next_release_); it != held_.end(); it = held_.find(next_release_)) {
     std::function<void()> fn = std::move(it->second);
@@ -322,14 +322,14 @@ void DynamicBatcher::Finish(std::vector<std::pair<uint64_t, std::function<void()
 
 void DynamicBatcher::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (stopping_ && !batcher_.joinable()) return;
     stopping_ = true;
   }
   batcher_cv_.SignalAll();
   if (batcher_.joinable()) batcher_.join();  // returns once every queued request is batched
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     workers_exit_ = true;
     for (auto& s : slots_) s->cv.SignalAll();
   }
@@ -340,7 +340,7 @@ void DynamicBatcher::Shutdown() {
 }
 
 size_t DynamicBatcher::InFlight() const {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   return QueuedLocked() + executing_;
 }
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "backends/backend.h"
 #include "config/model_config_util.h"
 #include "metrics/model_stats.h"
@@ -58,7 +58,7 @@ class DynamicBatcher : public Scheduler {
   struct Slot {
     std::vector<Pending> batch;  // non-empty: assigned, not yet picked up
     bool busy = false;
-    absl::CondVar cv;
+    inferd::CondVar cv;
   };
 
   void BatcherLoop();
@@ -81,8 +81,8 @@ class DynamicBatcher : public Scheduler {
   const std::function<uint64_t()> now_ns_;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar batcher_cv_;
+  mutable inferd::Mutex mu_;
+  inferd::CondVar batcher_cv_;
   std::map<uint64_t, Level> levels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
@@ -91,7 +91,7 @@ class DynamicBatcher : public Scheduler {
   bool workers_exit_ ABSL_GUARDED_BY(mu_) = false;
 
   // preserve_ordering: completions wait here until every earlier request has completed.
-  absl::Mutex order_mu_;
+  inferd::Mutex order_mu_;
   uint64_t next_release_ ABSL_GUARDED_BY(order_mu_) = 0;
   std::map<uint64_t, std::function<void()>> held_ ABSL_GUARDED_BY(order_mu_);
 

@@ -23,7 +23,7 @@ InstancePoolScheduler::~InstancePoolScheduler() { Shutdown(); }
 void InstancePoolScheduler::Enqueue(std::unique_ptr<core::InferRequest> request) {
   absl::Status refused;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (stopping_) {
       refused = absl::UnavailableError(
           inferd::StrCat("model '", model_name_, "' version ", version_, " is unloading"));
@@ -49,7 +49,7 @@ void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
   for (;;) {
     std::unique_ptr<core::InferRequest> request;
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       while (queue_.empty() && !stopping_) work_available_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping and drained
       request = std::move(queue_.front());
@@ -76,7 +76,7 @@ void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
     }
     Complete(std::move(request), std::move(response), input_ns, infer_ns, output_ns);
     {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       --executing_;
     }
   }
@@ -100,7 +100,7 @@ void InstancePoolScheduler::Complete(std::unique_ptr<core::InferRequest> request
 
 void InstancePoolScheduler::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (stopping_ && workers_.empty()) return;
     stopping_ = true;
   }
@@ -112,7 +112,7 @@ void InstancePoolScheduler::Shutdown() {
 }
 
 size_t InstancePoolScheduler::InFlight() const {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   return queue_.size() + executing_;
 }
 

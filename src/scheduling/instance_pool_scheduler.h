@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "backends/backend.h"
 #include "metrics/model_stats.h"
 #include "scheduling/scheduler.h"
@@ -41,8 +41,8 @@ class InstancePoolScheduler : public Scheduler {
   std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
   std::vector<std::thread> workers_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar work_available_;
+  mutable inferd::Mutex mu_;
+  inferd::CondVar work_available_;
   std::deque<std::unique_ptr<core::InferRequest>> queue_ ABSL_GUARDED_BY(mu_);
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

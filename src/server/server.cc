@@ -56,7 +56,7 @@ absl::Status Server::Start() {
 }
 
 void Server::PollLoop() {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   while (!stopping_) {
     stop_cv_.WaitWithTimeout(&mu_, absl::Seconds(std::max(1, options_.poll_secs)));
     if (stopping_) break;
@@ -68,7 +68,7 @@ void Server::PollLoop() {
 
 void Server::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "backends/backend.h"
 #include "common/worker_pool.h"
 #include "config/model_config_util.h"
@@ -103,8 +103,8 @@ class Server {
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;
   std::unique_ptr<WorkerPool> loader_;
   std::thread poller_;
-  absl::Mutex mu_;
-  absl::CondVar stop_cv_;
+  inferd::Mutex mu_;
+  inferd::CondVar stop_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> live_{false};
 };

@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 // Records each batch (request ids); the first execution can be held until released.
 class ScriptedInstance : public backends::ModelInstance {
  public:
-  ScriptedInstance(absl::Mutex* mu, std::vector<std::vector<std::string>>* batches,
+  ScriptedInstance(inferd::Mutex* mu, std::vector<std::vector<std::string>>* batches,
                    absl::Notification* gate)
       : mu_(mu), batches_(batches), gate_(gate) {}
   void Execute(std::span<core::InferRequest* const> requests,
@@ -26,14 +26,14 @@ class ScriptedInstance : public backends::ModelInstance {
     std::vector<std::string> ids;
     for (auto* r : requests) ids.push_back(r->id);
     {
-      absl::MutexLock lock(mu_);
+      inferd::MutexLock lock(mu_);
       batches_->push_back(ids);
     }
     if (gate_ != nullptr) gate_->WaitForNotification();
   }
 
  private:
-  absl::Mutex* mu_;
+  inferd::Mutex* mu_;
   std::vector<std::vector<std::string>>* batches_;
   absl::Notification* gate_;
 };
@@ -63,7 +63,7 @@ class DynamicBatcherTest : public ::testing::Test {
     r->inputs.push_back({"x", DataType::kFp32, {1, 1}, "abcd"});
     r->times.received_ns = core::NowNs();
     r->on_complete = [this, id](std::unique_ptr<core::InferResponse> resp) {
-      absl::MutexLock lock(&mu_);
+      inferd::MutexLock lock(&mu_);
       completed_.push_back(id);
       if (!resp->status.ok()) errors_[id] = std::string(resp->status.message());
     };
@@ -74,19 +74,19 @@ class DynamicBatcherTest : public ::testing::Test {
   bool HasBatch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !batches_.empty(); }
 
   void WaitCompleted(size_t n) {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     target_ = n;
     EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DynamicBatcherTest::Done), absl::Seconds(10)));
   }
   // Waits until the first request occupies the (held) instance.
   void WaitFirstBatch() {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DynamicBatcherTest::HasBatch), absl::Seconds(10)));
   }
 
   size_t target_ = 0;
 
-  absl::Mutex mu_;
+  inferd::Mutex mu_;
   std::vector<std::vector<std::string>> batches_;
   std::vector<std::string> completed_;
   std::map<std::string, std::string> errors_;
@@ -106,7 +106,7 @@ TEST_F(DynamicBatcherTest, QueuedRequestsFormOneBatchWhileTheInstanceIsBusy) {
   Send("d");
   gate_.Notify();
   WaitCompleted(4);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   ASSERT_EQ(batches_.size(), 2u);
   EXPECT_THAT(batches_[1], ElementsAre("b", "c", "d"));
   auto snap = stats_.Snapshot();
@@ -121,7 +121,7 @@ TEST_F(DynamicBatcherTest, DelayGathersABatch) {
   Send("b");
   Send("c");  // a preferred batch of 3 goes at once, well before the 300 ms delay
   WaitCompleted(3);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   ASSERT_EQ(batches_.size(), 1u);
   EXPECT_THAT(batches_[0], ElementsAre("a", "b", "c"));
 }
@@ -133,7 +133,7 @@ TEST_F(DynamicBatcherTest, FullQueueRejectsAtOnce) {
   Send("b");  // queued
   Send("c");  // queue full
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     ASSERT_EQ(completed_.size(), 1u);
     EXPECT_EQ(completed_[0], "c");
     EXPECT_THAT(errors_["c"], HasSubstr("is full (1 requests, max_queue_size)"));
@@ -151,7 +151,7 @@ TEST_F(DynamicBatcherTest, HigherPriorityGoesFirst) {
   Send("low2");
   gate_.Notify();
   WaitCompleted(4);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   ASSERT_EQ(batches_.size(), 2u);
   EXPECT_THAT(batches_[1], ElementsAre("high", "low1", "low2"));
 }
@@ -164,7 +164,7 @@ TEST_F(DynamicBatcherTest, TimedOutRequestsAreRejected) {
   Send("late", 0, /*timeout_us=*/1000);
   WaitCompleted(1);  // "late" times out while "a" holds the only instance
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     EXPECT_THAT(errors_["late"], HasSubstr("timed out"));
   }
   gate_.Notify();
@@ -181,7 +181,7 @@ TEST_F(DynamicBatcherTest, DelayedRequestsRunAfterTheOthers) {
   Send("new");
   gate_.Notify();
   WaitCompleted(3);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   EXPECT_TRUE(errors_.empty());
   ASSERT_EQ(batches_.size(), 2u);
   EXPECT_THAT(batches_[1], ElementsAre("new", "old"));
@@ -195,13 +195,13 @@ TEST_F(DynamicBatcherTest, RequestTimeoutMayOnlyLowerTheDefault) {
   Send("long", 0, /*timeout_us=*/600000000);  // cannot raise the 60 s default
   WaitCompleted(1);
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     EXPECT_EQ(completed_[0], "short");
     EXPECT_THAT(errors_["short"], HasSubstr("timed out"));
   }
   gate_.Notify();
   WaitCompleted(3);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   EXPECT_EQ(errors_.count("long"), 0u);
 }
 
@@ -209,7 +209,7 @@ TEST_F(DynamicBatcherTest, ShutdownCompletesEverythingQueued) {
   Start("max_queue_delay_microseconds: 10000000", 2);
   for (int i = 0; i < 20; ++i) Send(std::to_string(i));
   batcher_->Shutdown();
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   EXPECT_EQ(completed_.size(), 20u);
   EXPECT_TRUE(errors_.empty());
 }
@@ -218,7 +218,7 @@ TEST_F(DynamicBatcherTest, PreserveOrderingAcrossInstances) {
   Start("preserve_ordering: true max_queue_delay_microseconds: 0", 3);
   for (int i = 0; i < 50; ++i) Send(std::to_string(i));
   WaitCompleted(50);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(completed_[i], std::to_string(i));
 }
 
