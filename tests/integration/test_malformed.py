@@ -11,6 +11,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+import requests
 
 from test_grpc import pb, simple_request  # noqa: F401  (pb is a fixture)
 from v2client import infer, make_input, parse_response
@@ -19,8 +20,13 @@ A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 3, dtype=np.int32)
 
 
-def good_answer(server):
-    r = infer(server, "simple", [make_input("INPUT0", A, "INT32"), make_input("INPUT1", B, "INT32")])
+def good_answer(server, fresh_connection=False):
+    # fresh_connection: with a short idle timeout the server may close a pooled keep-alive
+    # connection just as the client reuses it (the usual keep-alive race, which clients
+    # resolve by retrying); a new connection avoids it.
+    session = requests.Session() if fresh_connection else None
+    r = infer(server, "simple", [make_input("INPUT0", A, "INT32"), make_input("INPUT1", B, "INT32")],
+              session=session)
     assert r.status_code == 200, r.text
     np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], A + B)
 
@@ -375,7 +381,7 @@ def test_idle_connections_are_closed_after_the_idle_timeout(server_factory, make
     assert s.recv(1) == b""  # the server closed it
     assert 0.9 < time.monotonic() - start < 4
     s.close()
-    good_answer(srv)
+    good_answer(srv, fresh_connection=True)
 
 
 def test_thousands_of_idle_connections_and_a_connection_cap(server_factory, make_repo):
