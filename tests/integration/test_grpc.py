@@ -16,6 +16,9 @@ from v2client import infer, make_input, parse_response
 
 @pytest.fixture(scope="session")
 def pb(tmp_path_factory):
+    from conftest import NO_GRPC
+    if NO_GRPC:
+        pytest.skip("gRPC is off in this run (INFERD_TEST_NO_GRPC=1)")
     out = tmp_path_factory.mktemp("grpc_stubs")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc",
                     f"-I{REPO_ROOT / 'src/config'}", f"-I{REPO_ROOT / 'src/frontends/grpc'}",
