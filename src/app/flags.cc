@@ -1,5 +1,9 @@
 #include "app/flags.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <functional>
 #include <climits>
 #include <map>
@@ -23,6 +27,36 @@ absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v, 
         inferd::StrCat("--", flag, " takes an integer >= ", min, ", got '", v, "'"));
   }
   return n;
+}
+
+// "<bytes>", "<n>K|M|G" (binary units) or "<n>%" of physical memory.
+absl::StatusOr<int64_t> ParseMemoryBudget(const std::string& v) {
+  auto bad = [&v] {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "--model-memory-budget takes bytes (e.g. 4G, 512M) or a percentage of RAM (e.g. 60%), got '",
+        v, "'"));
+  };
+  if (v.empty()) return bad();
+  double n = 0;
+  size_t used = 0;
+  try {
+    n = std::stod(v, &used);
+  } catch (...) {
+    return bad();
+  }
+  const std::string unit = v.substr(used);
+  if (n < 0) return bad();
+  if (unit == "%") {
+    if (n > 100) return bad();
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    return static_cast<int64_t>(ram * n / 100);
+  }
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return bad();
+  return static_cast<int64_t>(n * scale);
 }
 
 }  // namespace
@@ -57,6 +91,13 @@ std::string Usage() {
   --grpc-port=<n>                  (default 8001; 0 picks a free port)
   --grpc-address=<addr>            (default 0.0.0.0)
   --grpc-infer-thread-count=<n>    cap on gRPC's threads (default: gRPC's own)
+  --allow-sagemaker=<bool>         serve the SageMaker contract (default false)
+  --sagemaker-port=<n>             (default 8080)
+  --sagemaker-address=<addr>       (default 0.0.0.0)
+  --sagemaker-thread-count=<n>     event loops (default: number of cores)
+  --model-memory-budget=<size>     SageMaker multi-model: bytes (4G, 512M) or % of RAM; idle
+                                   models are evicted least recently used first to stay under it
+  --sagemaker-model-cache-dir=<d>  where model archives are extracted (/tmp/inferd-sagemaker)
   --allow-metrics=<bool>           serve Prometheus metrics (default true)
   --metrics-port=<n>               (default 8002; 0 picks a free port)
   --metrics-address=<addr>         (default 0.0.0.0)
@@ -75,6 +116,12 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   f.http.limits.max_body_bytes = 64 * 1024 * 1024;
   f.metrics_http.port = 8002;
   f.metrics_http.threads = 1;
+  f.sagemaker_http.port = 8080;
+  f.sagemaker_http.threads = std::max(1, cpu_cores);
+  f.sagemaker_http.limits.max_body_bytes = 64 * 1024 * 1024;
+  // The SageMaker Triton container's environment.
+  if (const char* m = std::getenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")) f.sagemaker.default_model = m;
+  if (const char* m = std::getenv("SAGEMAKER_TRITON_PING_MODE")) f.sagemaker.ping_live = std::string(m) == "live";
   std::vector<std::string> load_models;
 
   using Setter = std::function<absl::Status(const std::string&)>;
@@ -127,6 +174,17 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"http-max-connections", set_int("http-max-connections", 1, [&](int64_t n) { f.http.max_connections = static_cast<int>(n); })},
       {"http-restricted-api", [&](const std::string& v) { return f.http_restrictions.Add("http-restricted-api", v); }},
       {"grpc-restricted-protocol", [&](const std::string& v) { return f.grpc.restrictions.Add("grpc-restricted-protocol", v); }},
+      {"allow-sagemaker", set_bool("allow-sagemaker", &f.allow_sagemaker)},
+      {"sagemaker-port", set_int("sagemaker-port", 0, [&](int64_t n) { f.sagemaker_http.port = static_cast<int>(n); })},
+      {"sagemaker-address", [&](const std::string& v) { f.sagemaker_http.address = v; return absl::OkStatus(); }},
+      {"sagemaker-thread-count", set_int("sagemaker-thread-count", 1, [&](int64_t n) { f.sagemaker_http.threads = static_cast<int>(n); })},
+      {"sagemaker-model-cache-dir", [&](const std::string& v) { f.sagemaker.model_cache_dir = v; return absl::OkStatus(); }},
+      {"model-memory-budget", [&](const std::string& v) -> absl::Status {
+         auto bytes = ParseMemoryBudget(v);
+         if (!bytes.ok()) return bytes.status();
+         f.sagemaker.memory_budget_bytes = *bytes;
+         return absl::OkStatus();
+       }},
       {"allow-grpc", set_bool("allow-grpc", &f.allow_grpc)},
       {"grpc-port", set_int("grpc-port", 0, [&](int64_t n) { f.grpc.port = static_cast<int>(n); })},
       {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
+#include "frontends/sagemaker/sagemaker_service.h"
 #include "server/server.h"
 
 namespace inferd::app {
@@ -18,6 +19,9 @@ struct Flags {
   bool allow_http = true;
   bool allow_grpc = true;
   grpcfe::GrpcOptions grpc;
+  bool allow_sagemaker = false;
+  http::HttpServerOptions sagemaker_http;
+  sagemaker::SageMakerOptions sagemaker;
   bool allow_metrics = true;
   http::HttpServerOptions metrics_http;
   int metrics_interval_ms = 2000;

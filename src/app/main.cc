@@ -19,6 +19,7 @@
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
 #include "frontends/http/kserve_service.h"
+#include "frontends/sagemaker/sagemaker_service.h"
 #include "metrics/prometheus.h"
 #include "metrics/system_metrics.h"
 #include "server/server.h"
@@ -99,6 +100,21 @@ int main(int argc, char** argv) {
     LOG_INFO << "started GRPCInferenceService on " << flags->grpc.address << ":" << grpc->port();
   }
 
+  std::unique_ptr<sagemaker::SageMakerService> sagemaker;
+  std::unique_ptr<http::HttpServer> sagemaker_http;
+  if (flags->allow_sagemaker) {
+    sagemaker = std::make_unique<sagemaker::SageMakerService>(&server, &kserve, flags->sagemaker,
+                                                              &registry);
+    sagemaker_http = std::make_unique<http::HttpServer>(flags->sagemaker_http, sagemaker->AsHandler());
+    if (absl::Status st = sagemaker_http->Start(); !st.ok()) {
+      LOG_ERROR << st.message();
+      server.Shutdown();
+      return 1;
+    }
+    LOG_INFO << "started SageMaker service on " << flags->sagemaker_http.address << ":"
+             << sagemaker_http->port();
+  }
+
   std::unique_ptr<metrics::SystemMetrics> system_metrics;
   std::unique_ptr<http::HttpServer> metrics_http;
   if (flags->allow_metrics) {
@@ -135,6 +151,7 @@ int main(int argc, char** argv) {
   if (grpc) grpc->Stop();  // stops new RPCs; those in flight finish below
   server.Shutdown();  // answers every request in flight through the still-running loops
   if (http) http->Stop();
+  if (sagemaker_http) sagemaker_http->Stop();
   if (metrics_http) metrics_http->Stop();
   LOG_INFO << "stopped";
   return 0;

@@ -178,6 +178,19 @@ absl::Status ModelLifecycle::Load(const std::string& name,
   return LoadLocked(name, it->second.dir, override_config);
 }
 
+absl::Status ModelLifecycle::LoadFromDirectory(const std::string& name, const std::string& dir) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  std::optional<config::ModelConfig> override_config;
+  const std::string path = inferd::StrCat(dir, "/config.pbtxt");
+  if (fs::exists(path)) {
+    ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
+    cfg.set_name(name);
+    override_config = std::move(cfg);
+  }
+  inferd::MutexLock load_lock(&load_mu_);
+  return LoadLocked(name, dir, override_config);
+}
+
 absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::string& dir,
                                         const std::optional<config::ModelConfig>& override_config) {
   const std::string fingerprint = Fingerprint(dir);

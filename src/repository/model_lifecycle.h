@@ -57,6 +57,9 @@ class ModelLifecycle {
   // Loads every model in the repositories (control mode none, `--load-model=*`).
   // Returns an error naming each model that failed.
   absl::Status LoadAll();
+  // Loads `name` from the model folder `dir`, which need not be in a repository (SageMaker
+  // multi-model loads). The model is served as `name` whatever its config.pbtxt calls it.
+  absl::Status LoadFromDirectory(const std::string& name, const std::string& dir);
   absl::Status Unload(const std::string& name);
   // Poll mode: loads new models, reloads changed ones, unloads removed ones.
   void Poll();

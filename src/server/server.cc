@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
@@ -277,6 +278,19 @@ void Server::UnloadModel(std::string name, std::function<void(absl::Status)> don
   if (!loader_->Submit(task)) {
     done(absl::UnavailableError("too many model unloads queued; retry later"));
   }
+}
+
+absl::Status Server::LoadModelFromDirectory(const std::string& name, const std::string& dir) {
+  return lifecycle_->LoadFromDirectory(name, dir);
+}
+
+absl::Status Server::ValidateModelName(std::string_view name) {
+  return repository::ValidateModelName(name);
+}
+
+absl::Status Server::UnloadModelNow(const std::string& name) {
+  RETURN_IF_ERROR(repository::ValidateModelName(name));
+  return lifecycle_->Unload(name);
 }
 
 }  // namespace inferd::server

@@ -94,6 +94,12 @@ class Server {
   void LoadModel(std::string name, std::optional<std::string> config_json,
                  std::function<void(absl::Status)> done);
   void UnloadModel(std::string name, std::function<void(absl::Status)> done);
+  // Synchronous, in any control mode: for the SageMaker multi-model API, which runs them on
+  // its own threads. Unloading waits for the requests in flight.
+  absl::Status LoadModelFromDirectory(const std::string& name, const std::string& dir);
+  // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
+  static absl::Status ValidateModelName(std::string_view name);
+  absl::Status UnloadModelNow(const std::string& name);
 
  private:
   void PollLoop();

@@ -240,7 +240,6 @@ void KServeHttpService::HandleInfer(const HttpRequest& request,
     auto shared = std::make_shared<HttpResponse>(std::move(r));
     reply([shared] { return std::move(*shared); });
   };
-  const uint64_t received = core::NowNs();
   std::optional<size_t> header_length;
   if (auto h = request.Header("Inference-Header-Content-Length")) {
     size_t n = 0;
@@ -250,6 +249,19 @@ void KServeHttpService::HandleInfer(const HttpRequest& request,
     }
     header_length = n;
   }
+  InferWithHeaderLength(request, std::move(body_owner), model, version, header_length,
+                        std::move(reply));
+}
+
+void KServeHttpService::InferWithHeaderLength(const HttpRequest& request,
+                                              std::shared_ptr<const void> body_owner,
+                                              const std::string& model, int64_t version,
+                                              std::optional<size_t> header_length, Reply reply) {
+  auto fail = [&reply](HttpResponse r) {
+    auto shared = std::make_shared<HttpResponse>(std::move(r));
+    reply([shared] { return std::move(*shared); });
+  };
+  const uint64_t received = core::NowNs();
   absl::StatusOr<ParsedInfer> parsed;
   if (header_length && *header_length == 0) {
     // A raw body is the data of the model's only input.

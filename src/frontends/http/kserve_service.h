@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/restricted_api.h"
@@ -28,6 +29,13 @@ class KServeHttpService {
 
   // Adapts Handle to HttpServer's handler signature.
   HttpHandler AsHandler();
+
+  // One inference call whose JSON header length is already known (nullopt: all JSON; 0: a raw
+  // body for a one-input model). For other HTTP frontends (SageMaker) that carry the length
+  // differently. The reply carries Inference-Header-Content-Length when outputs are binary.
+  void InferWithHeaderLength(const HttpRequest& request, std::shared_ptr<const void> body_owner,
+                             const std::string& model, int64_t version,
+                             std::optional<size_t> header_length, Reply reply);
 
  private:
   void HandleInfer(const HttpRequest& request, std::shared_ptr<const void> body_owner,
