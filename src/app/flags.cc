@@ -97,6 +97,8 @@ std::string Usage() {
   --sagemaker-thread-count=<n>     event loops (default: number of cores)
   --model-memory-budget=<size>     SageMaker multi-model: bytes (4G, 512M) or % of RAM; idle
                                    models are evicted least recently used first to stay under it
+  --model-memory-accounting=rss|disk   a model's footprint: RSS growth over its load (at
+                                   least its size on disk; default) or its size on disk
   --sagemaker-model-cache-dir=<d>  where model archives are extracted (/tmp/inferd-sagemaker)
   --allow-metrics=<bool>           serve Prometheus metrics (default true)
   --metrics-port=<n>               (default 8002; 0 picks a free port)
@@ -178,6 +180,12 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"sagemaker-port", set_int("sagemaker-port", 0, [&](int64_t n) { f.sagemaker_http.port = static_cast<int>(n); })},
       {"sagemaker-address", [&](const std::string& v) { f.sagemaker_http.address = v; return absl::OkStatus(); }},
       {"sagemaker-thread-count", set_int("sagemaker-thread-count", 1, [&](int64_t n) { f.sagemaker_http.threads = static_cast<int>(n); })},
+      {"model-memory-accounting", [&](const std::string& v) -> absl::Status {
+         if (v == "rss") f.sagemaker.footprint_from_disk = false;
+         else if (v == "disk") f.sagemaker.footprint_from_disk = true;
+         else return absl::InvalidArgumentError(inferd::StrCat("--model-memory-accounting takes rss or disk, got '", v, "'"));
+         return absl::OkStatus();
+       }},
       {"sagemaker-model-cache-dir", [&](const std::string& v) { f.sagemaker.model_cache_dir = v; return absl::OkStatus(); }},
       {"model-memory-budget", [&](const std::string& v) -> absl::Status {
          auto bytes = ParseMemoryBudget(v);

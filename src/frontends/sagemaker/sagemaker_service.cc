@@ -364,7 +364,18 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
     return model_dir.status();
   }
   const int64_t on_disk = FolderBytes(*model_dir);
-  if (auto st = MakeRoom(name, on_disk); !st.ok()) {
+  // Before loading, the size on disk (or the average measured footprint, if larger) is the
+  // estimate; after loading, the measured footprint is checked again.
+  int64_t estimate = on_disk;
+  {
+    inferd::MutexLock lock(&mu_);
+    if (!models_.empty()) {
+      int64_t sum = 0;
+      for (const auto& [n, e] : models_) sum += e.footprint;
+      estimate = std::max<int64_t>(estimate, sum / static_cast<int64_t>(models_.size()));
+    }
+  }
+  if (auto st = MakeRoom(name, estimate); !st.ok()) {
     cleanup();
     return st;
   }
@@ -376,7 +387,8 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
     cleanup();
     return st;
   }
-  const int64_t footprint = std::max(RssBytes() - rss_before, on_disk);
+  const int64_t footprint =
+      options_.footprint_from_disk ? on_disk : std::max(RssBytes() - rss_before, on_disk);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {
@@ -391,6 +403,19 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
   }
   LOG_INFO << "sagemaker: loaded model '" << name << "' from " << url << " in " << seconds
            << " s, footprint " << footprint << " bytes";
+  // The measured footprint may exceed the estimate: make room for the difference now, or
+  // give the model back.
+  if (auto st = MakeRoom(name, 0); !st.ok()) {
+    Entry entry;
+    {
+      inferd::MutexLock lock(&mu_);
+      entry = models_[name];
+      models_.erase(name);
+    }
+    (void)server_->UnloadModelNow(name);
+    cleanup();
+    return st;
+  }
   return absl::OkStatus();
 }
 
@@ -405,6 +430,7 @@ absl::Status SageMakerService::MakeRoom(const std::string& name, int64_t needed)
       uint64_t oldest = UINT64_MAX;
       for (const auto& [n, e] : models_) {
         used += e.footprint;
+        if (n == name) continue;  // the model being made room for
         if (e.in_flight > 0) {
           busy += e.footprint;
         } else if (e.last_used_ns < oldest) {
@@ -416,9 +442,9 @@ absl::Status SageMakerService::MakeRoom(const std::string& name, int64_t needed)
     if (used + needed <= options_.memory_budget_bytes) return absl::OkStatus();
     if (victim.empty()) {
       return absl::ResourceExhaustedError(StrCat(
-          "model '", name, "' needs about ", needed, " bytes but the memory budget is ",
-          options_.memory_budget_bytes, " bytes, of which ", busy,
-          " are held by models with requests in flight"));
+          "model '", name, "' needs about ", needed > 0 ? needed : used - busy,
+          " bytes but the memory budget is ", options_.memory_budget_bytes, " bytes, of which ",
+          busy, " are held by models with requests in flight"));
     }
     Entry entry;
     {

@@ -33,6 +33,10 @@ struct SageMakerOptions {
   bool ping_live = false;     // SAGEMAKER_TRITON_PING_MODE=live: /ping is liveness
   std::string model_cache_dir = "/tmp/inferd-sagemaker";  // where archives are extracted
   int64_t memory_budget_bytes = 0;  // 0: no budget
+  // How a model's footprint is counted: the process's RSS growth over its load (at least its
+  // size on disk), or just its size on disk (exact and repeatable, but blind to what a
+  // backend allocates beyond its weights).
+  bool footprint_from_disk = false;
   storage::ExtractLimits extract_limits;
 };
 
