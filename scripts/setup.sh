@@ -13,7 +13,7 @@ CACHE_DIR="${INFERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd}"
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
-  libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libarchive-dev
+  libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libarchive-dev libcurl4-openssl-dev
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools python3-prometheus-client
   libgtest-dev libgmock-dev
   python3-numpy python3-onnx python3-requests python3-pytest
@@ -59,6 +59,14 @@ if [[ ! -f "$ORT_DIR/.complete" ]]; then
   ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/lib/libonnxruntime.so.1"
   ln -sf "libonnxruntime.so.1" "$ORT_DIR/lib/libonnxruntime.so"
   touch "$ORT_DIR/.complete"
+fi
+
+# s3rver 3.7.1 (npm), the S3-compatible server the SageMaker tests run on loopback.
+S3RVER_DIR="$CACHE_DIR/s3rver-3.7.1"
+if [[ ! -x "$S3RVER_DIR/node_modules/.bin/s3rver" ]]; then
+  echo "setup: installing s3rver 3.7.1 (npm) for the S3 tests"
+  mkdir -p "$S3RVER_DIR"
+  (cd "$S3RVER_DIR" && npm install --silent --no-audit --no-fund s3rver@3.7.1 >/dev/null)
 fi
 
 mkdir -p "$BUILD_DIR"

@@ -428,3 +428,70 @@ def test_serve_script_single_model(tmp_path, example_models):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ---- S3 ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3rver(tmp_path, monkeypatch):
+    """A real S3-compatible server (npm s3rver, installed by scripts/setup.sh) on loopback,
+    with a bucket `models`; the AWS variables point inferd at it."""
+    import os
+    import subprocess
+    cache = Path(os.environ.get("INFERD_CACHE_DIR",
+                                Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd"))
+    binary = cache / "s3rver-3.7.1/node_modules/.bin/s3rver"
+    assert binary.exists(), f"{binary} is missing: run scripts/setup.sh"
+    port = free_port()
+    data = tmp_path / "s3data"
+    data.mkdir()
+    proc = subprocess.Popen([str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port),
+                             "--configure-bucket", "models", "--silent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if requests.get(endpoint + "/models", timeout=2).status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "s3rver did not start"
+        time.sleep(0.2)
+    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
+                 "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+
+    def upload(key, path):
+        r = requests.put(f"{endpoint}/models/{key}", data=Path(path).read_bytes(),
+                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, timeout=60)
+        assert r.status_code == 200, r.text
+
+    yield upload
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_mme_loads_archives_from_s3(s3rver, mme, tmp_path, example_models):
+    archives = make_fp32_models(example_models, tmp_path, 5)
+    for i, a in enumerate(archives):
+        s3rver(f"archives/m{i}.tar.gz", a)
+    sm = mme()
+    body, headers = sagemaker_body(simple_inputs(True))
+    for i in range(5):
+        r = sm.post("/models", json={"model_name": f"m{i}", "url": f"s3://models/archives/m{i}.tar.gz"})
+        assert r.status_code == 200, r.text
+        check_simple(sm.post(f"/models/m{i}/invoke", data=body, headers=headers))
+    # Unload and load again: the archive comes from the cache (same ETag), not S3.
+    assert sm.delete("/models/m0").status_code == 200
+    assert sm.post("/models", json={"model_name": "m0", "url": "s3://models/archives/m0.tar.gz"}).status_code == 200
+    check_simple(sm.post("/models/m0/invoke", data=body, headers=headers))
+    metrics = requests.get(f"http://127.0.0.1:{sm.srv.metrics_port}/metrics", timeout=10).text
+    assert "inferd_mme_downloads_total 5\n" in metrics
+    assert "inferd_mme_download_cache_hits_total 1\n" in metrics
+    # Errors: a missing object and a malformed URL are 400 naming them.
+    r = sm.post("/models", json={"model_name": "x", "url": "s3://models/archives/missing.tar.gz"})
+    assert r.status_code == 400 and "s3://models/archives/missing.tar.gz does not exist" in r.json()["error"]
+    r = sm.post("/models", json={"model_name": "x", "url": "s3://models"})
+    assert r.status_code == 400 and "must be s3://<bucket>/<key>" in r.json()["error"]

@@ -15,6 +15,7 @@
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
+#include "storage/s3.h"
 
 namespace inferd::sagemaker {
 namespace fs = std::filesystem;
@@ -295,10 +296,16 @@ void SageMakerService::LoadModel(const HttpRequest& request, Reply reply) {
   if (!name || name->empty()) return now(ErrorResponse(400, "'model_name' (a string) is required"));
   if (!url || url->empty()) return now(ErrorResponse(400, "'url' (a string) is required"));
   if (auto st = server::Server::ValidateModelName(*name); !st.ok()) return now(ErrorResponse(st));
-  const std::string abs = fs::absolute(fs::path(*url).lexically_normal()).string();
-  for (std::string_view bad : {"/dev/", "/proc/", "/sys/"}) {
-    if (abs.rfind(bad, 0) == 0) {
-      return now(ErrorResponse(400, StrCat("'url' may not point into ", bad, ": ", *url)));
+  const bool s3 = url->rfind("s3://", 0) == 0;
+  std::string abs = *url;
+  if (s3) {
+    if (auto loc = storage::ParseS3Url(*url); !loc.ok()) return now(ErrorResponse(loc.status()));
+  } else {
+    abs = fs::absolute(fs::path(*url).lexically_normal()).string();
+    for (std::string_view bad : {"/dev/", "/proc/", "/sys/"}) {
+      if (abs.rfind(bad, 0) == 0) {
+        return now(ErrorResponse(400, StrCat("'url' may not point into ", bad, ": ", *url)));
+      }
     }
   }
   {
@@ -334,13 +341,40 @@ void SageMakerService::LoadModel(const HttpRequest& request, Reply reply) {
 absl::Status SageMakerService::LoadNow(const std::string& name, const std::string& url) {
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
-  if (!fs::exists(url, ec)) {
+  std::string local = url;
+  if (url.rfind("s3://", 0) == 0) {
+    // Downloaded once per ETag into the cache; the archive is then extracted as a local one.
+    auto location = storage::ParseS3Url(url);
+    if (!location.ok()) return location.status();
+    const auto fetch_start = std::chrono::steady_clock::now();
+    bool hit = false;
+    auto fetched = storage::FetchS3Object(storage::S3ConfigFromEnvironment(), *location,
+                                          options_.model_cache_dir, &hit);
+    if (!fetched.ok()) {
+      if (fetched.status().code() == absl::StatusCode::kNotFound ||
+          fetched.status().code() == absl::StatusCode::kPermissionDenied) {
+        return absl::InvalidArgumentError(fetched.status().message());
+      }
+      return fetched.status();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - fetch_start).count();
+    {
+      inferd::MutexLock lock(&mu_);
+      hit ? ++download_cache_hits_ : ++downloads_;
+      download_seconds_ += seconds;
+    }
+    LOG_INFO << "sagemaker: " << (hit ? "found " : "downloaded ") << url << " "
+             << (hit ? "in the cache" : "in ") << (hit ? "" : StrCat(seconds, " s"));
+    local = *fetched;
+  }
+  if (!fs::exists(local, ec)) {
     return absl::InvalidArgumentError(StrCat("'url' ", url, " does not exist"));
   }
   std::string extracted;
-  fs::path root = url;
-  if (fs::is_regular_file(url, ec)) {
-    if (!IsArchive(url)) {
+  fs::path root = local;
+  if (fs::is_regular_file(local, ec)) {
+    if (!IsArchive(local)) {
       return absl::InvalidArgumentError(
           StrCat("'url' ", url, " is a file but not a .tar.gz, .tgz or .tar archive"));
     }
@@ -349,7 +383,7 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
       extracted = StrCat(options_.model_cache_dir, "/", name, "-", ++extract_counter_);
     }
     fs::remove_all(extracted, ec);
-    if (auto st = storage::ExtractArchive(url, extracted, options_.extract_limits); !st.ok()) {
+    if (auto st = storage::ExtractArchive(local, extracted, options_.extract_limits); !st.ok()) {
       fs::remove_all(extracted, ec);
       return st;
     }
@@ -590,6 +624,12 @@ void SageMakerService::Collect(metrics::PrometheusWriter& w) const {
   w.Sample("inferd_mme_load_seconds_total", {}, load_seconds_);
   w.Family("inferd_mme_unloads_total", "Multi-model unloads (DELETE and evictions)", "counter");
   w.Sample("inferd_mme_unloads_total", {}, static_cast<double>(unloads_));
+  w.Family("inferd_mme_downloads_total", "Model archives downloaded from S3", "counter");
+  w.Sample("inferd_mme_downloads_total", {}, static_cast<double>(downloads_));
+  w.Family("inferd_mme_download_cache_hits_total", "S3 archives found in the local cache (same ETag)", "counter");
+  w.Sample("inferd_mme_download_cache_hits_total", {}, static_cast<double>(download_cache_hits_));
+  w.Family("inferd_mme_download_seconds_total", "Time spent downloading from S3", "counter");
+  w.Sample("inferd_mme_download_seconds_total", {}, download_seconds_);
   w.Family("inferd_mme_unload_seconds_total", "Time spent unloading, draining included", "counter");
   w.Sample("inferd_mme_unload_seconds_total", {}, unload_seconds_);
 }

@@ -7,7 +7,8 @@
 //   multi model    POST /models {"model_name","url"}, GET /models[?next_page_token=],
 //                  GET /models/<name>, DELETE /models/<name>, POST /models/<name>/invoke.
 //                  `url` is a model folder, a folder holding one model (or an ensemble and its
-//                  parts), or an archive (.tar.gz, .tgz, .tar) of either, extracted safely.
+//                  parts), or an archive (.tar.gz, .tgz, .tar) of either, extracted safely,
+//                  on disk or at s3://bucket/key (downloaded once per ETag).
 //                  Under --model-memory-budget, idle models are evicted least recently used
 //                  first to make room; a model with requests in flight never is.
 //
@@ -96,6 +97,9 @@ class SageMakerService {
   double load_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double unload_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t extract_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t downloads_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t download_cache_hits_ ABSL_GUARDED_BY(mu_) = 0;
+  double download_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 
   // One thread: loads and unloads are serialized, so each load's memory footprint can be
   // measured as the process's RSS growth.
