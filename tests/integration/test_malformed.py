@@ -280,7 +280,7 @@ def still_serving(server):
 
 def test_there_are_over_a_hundred_cases():
     assert len({c[0] for c in HTTP_CASES}) == len(HTTP_CASES)
-    assert len(HTTP_CASES) + len(GRPC_CASES) >= 100
+    assert len(HTTP_CASES) + len(GRPC_CASES) + len(SAGEMAKER_CASES) >= 100
 
 
 @pytest.mark.parametrize("name,raw,status,text", HTTP_CASES, ids=[c[0] for c in HTTP_CASES])
@@ -481,3 +481,62 @@ def test_restricting_a_category_twice_is_an_error():
                         "--http-restricted-api=health:a=1", "--http-restricted-api=health,trace:b=2"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "category 'health' is restricted more than once" in p.stderr, p
+
+
+# ---- SageMaker routes -------------------------------------------------------------------------
+
+SM_MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+SAGEMAKER_CASES = [
+    ("sm-invocations-get", b"GET /invocations HTTP/1.1\r\n\r\n", 405, "POST /invocations"),
+    ("sm-ping-post", post("/ping", ""), 405, "GET /ping"),
+    ("sm-unknown-route", b"GET /v2/models/simple HTTP/1.1\r\n\r\n", 404, "no SageMaker route"),
+    ("sm-bad-json", post("/invocations", "{oops", [("Content-Type", "application/json")]), 400, "malformed JSON"),
+    ("sm-header-size-letters", post("/invocations", GOOD, [("Content-Type", SM_MIME + "x")]), 400,
+     "Unable to parse inference header size"),
+    ("sm-header-size-too-big", post("/invocations", GOOD, [("Content-Type", SM_MIME + "999999")]), 400,
+     "inference header size should be in range"),
+    ("sm-header-size-negative", post("/invocations", GOOD, [("Content-Type", SM_MIME + "-1")]), 400,
+     "Unable to parse inference header size"),
+    ("sm-mime-not-first", post("/invocations", GOOD, [("Content-Type", "x;" + SM_MIME + "3")]), 400,
+     "expect MIME type for binary data starts with"),
+    ("sm-header-size-cuts-json", post("/invocations", GOOD, [("Content-Type", SM_MIME + "10")]), 400,
+     "malformed JSON"),
+    ("sm-load-not-json", post("/models", "nope"), 400, "JSON object"),
+    ("sm-load-no-url", post("/models", '{"model_name": "a"}'), 400, "'url'"),
+    ("sm-load-dotdot-name", post("/models", '{"model_name": "..", "url": "/tmp"}'), 400, "invalid model name"),
+    ("sm-load-proc", post("/models", '{"model_name": "a", "url": "/proc/1/root"}'), 400, "/proc/"),
+    ("sm-load-not-archive", post("/models", '{"model_name": "a", "url": "/etc/hostname"}'), 400,
+     "not a .tar.gz"),
+    ("sm-get-unknown", b"GET /models/nosuch HTTP/1.1\r\n\r\n", 404, "not loaded"),
+    ("sm-delete-unknown", b"DELETE /models/nosuch HTTP/1.1\r\n\r\n", 404, "not loaded"),
+    ("sm-invoke-unknown", post("/models/nosuch/invoke", GOOD), 404, "not loaded"),
+    ("sm-invoke-slash-name", post("/models/a%2Fb/invoke", GOOD), 400, "path separator"),
+    ("sm-invoke-bad-escape", post("/models/a%zz/invoke", GOOD), 400, "percent-escape"),
+    ("sm-list-bad-token", b"GET /models?next_page_token=abc HTTP/1.1\r\n\r\n", 400, "next_page_token"),
+]
+
+
+def test_sagemaker_cases(server_factory, make_repo):
+    from conftest import free_port
+    repo = make_repo({"simple": "simple"})
+    port = free_port()
+    srv = server_factory(repo, ["--allow-sagemaker=true", f"--sagemaker-port={port}",
+                                "--sagemaker-address=127.0.0.1"])
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    for name, raw, status, text in SAGEMAKER_CASES:
+        got, body = raw_http(port, raw)
+        assert got == status, f"{name}: expected {status}, got {got}: {body[:300]!r}"
+        err = json.loads(body)["error"]
+        assert text in err, f"{name}: error {err!r} does not mention {text!r}"
+    # Still serving correct answers on the SageMaker port.
+    got, body = raw_http(port, post("/invocations", GOOD, [("Content-Type", "application/json")]))
+    assert got == 200, body
+    out = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
+    assert out["OUTPUT0"] == (A + B).ravel().tolist()

@@ -198,7 +198,9 @@ void SageMakerService::Handle(const HttpRequest& request, std::shared_ptr<const 
   if (path.rfind("/models/", 0) == 0) {
     std::string_view rest = path.substr(8);
     const size_t slash = rest.find('/');
-    const std::string name(rest.substr(0, slash));
+    auto decoded = http::PercentDecode(rest.substr(0, slash));
+    if (!decoded) return now(ErrorResponse(400, "malformed percent-escape in the URL path"));
+    const std::string name = *std::move(decoded);
     const std::string_view action = slash == std::string_view::npos ? "" : rest.substr(slash);
     if (auto st = server::Server::ValidateModelName(name); !st.ok()) return now(ErrorResponse(st));
     if (action.empty()) {
