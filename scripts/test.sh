@@ -32,6 +32,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
     INFERD_SANITIZE=address,undefined \
     EXTRA_CMAKE_ARGS="-DINFERD_FUZZ=ON -DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export LSAN_OPTIONS="suppressions=$ROOT/fuzz/lsan.supp"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$ROOT/fuzz/ubsan.supp"
   (cd "$ASAN_DIR" && ctest --output-on-failure -j "$(nproc)")
   INFERD_BIN="$ASAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
