@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "common/logging.h"
 #include "scheduling/dynamic_batcher.h"
+#include "scheduling/ensemble_scheduler.h"
 #include "scheduling/instance_pool_scheduler.h"
 
 namespace inferd::repository {
@@ -131,6 +132,23 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
     }
   }
   model->labels_ = std::move(labels);
+
+  if (backend == nullptr) {
+    auto graph = scheduling::BuildEnsembleGraph(model->config_);
+    if (!graph.ok()) return graph.status();
+    if (!options.dispatch) {
+      return absl::FailedPreconditionError(
+          inferd::StrCat("ensemble '", config.name(), "': this server cannot run ensembles"));
+    }
+    model->scheduler_ = std::make_unique<scheduling::EnsembleScheduler>(
+        model->config_, version, *std::move(graph), options.dispatch, options.max_queue_size,
+        model->stats_.get());
+    model->load_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    LOG_INFO << "loaded ensemble '" << config.name() << "' version " << version << ": "
+             << config.ensemble_scheduling().step_size() << " step(s)";
+    return model;
+  }
 
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
   int index = 0;

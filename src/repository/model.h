@@ -3,6 +3,7 @@
 // its reference on unload and the destructor drains what is in flight.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -19,6 +20,8 @@ namespace inferd::repository {
 struct LoadOptions {
   int cpu_cores = 1;
   size_t max_queue_size = 4096;
+  // Where an ensemble sends its steps' requests (the server's inference entry point).
+  std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
 };
 
 // Runs every model_warmup sample on `instance` (count times each). Fails with the reason.
@@ -27,7 +30,8 @@ absl::Status RunWarmup(const config::ModelConfig& config, const std::string& mod
 
 class Model {
  public:
-  // Creates every instance of every instance group and starts the scheduler.
+  // Creates every instance of every instance group and starts the scheduler. An ensemble
+  // (`backend` null) gets the ensemble scheduler instead; the repository has checked its steps.
   static absl::StatusOr<std::shared_ptr<Model>> Load(const config::ModelConfig& config,
                                                      const std::string& model_dir,
                                                      int64_t version, backends::Backend* backend,

@@ -5,7 +5,9 @@
 #include "common/strings.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "repository/ensemble_validation.h"
 #include "repository/repository_scan.h"
+#include "scheduling/ensemble_scheduler.h"
 
 namespace inferd::repository {
 
@@ -204,6 +206,16 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
     }
     return cfg.status();
   }
+  if (cfg->platform() == "ensemble") {
+    absl::Status st = PrepareEnsemble(*cfg);
+    if (!st.ok()) {
+      LOG_ERROR << "failed to load model '" << name << "': " << st.message();
+      SetFailed(name, dir, st);
+      inferd::MutexLock lock(&mu_);
+      entries_[name].fingerprint = fingerprint;
+      return st;
+    }
+  }
 
   // Which versions the policy serves.
   std::vector<int64_t> available = ListVersions(dir);
@@ -283,6 +295,48 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
   return first_error;
 }
 
+absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config) {
+  ASSIGN_OR_RETURN(auto graph, scheduling::BuildEnsembleGraph(config));
+  ensemble_stack_.push_back(config.name());
+  struct Pop {
+    std::vector<std::string>* stack;
+    ~Pop() { stack->pop_back(); }
+  } pop{&ensemble_stack_};
+  std::optional<ScanResult> scan;
+  std::vector<std::shared_ptr<const Model>> models;
+  std::vector<const config::ModelConfig*> configs;
+  for (size_t i = 0; i < graph.steps.size(); ++i) {
+    const auto& step = graph.steps[i];
+    const std::string where = inferd::StrCat("ensemble '", config.name(), "' step ", i,
+                                             " (model '", step.model_name, "')");
+    if (std::find(ensemble_stack_.begin(), ensemble_stack_.end(), step.model_name) !=
+        ensemble_stack_.end()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          where, ": ensembles form a cycle (", inferd::StrJoin(ensemble_stack_, " -> "), " -> ",
+          step.model_name, ")"));
+    }
+    auto model = Get(step.model_name, step.model_version);
+    const bool tried = pass_loaded_ != nullptr && pass_loaded_->count(step.model_name) > 0;
+    if (!model.ok() && !tried) {
+      if (!scan) scan = ScanRepositories(options_.repositories);
+      if (auto it = scan->models.find(step.model_name); it != scan->models.end()) {
+        LOG_INFO << "loading model '" << step.model_name << "', which ensemble '"
+                 << config.name() << "' runs";
+        if (pass_loaded_ != nullptr) pass_loaded_->insert(step.model_name);
+        (void)LoadLocked(step.model_name, it->second.dir, std::nullopt);
+        model = Get(step.model_name, step.model_version);
+      }
+    }
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(
+          inferd::StrCat(where, ": the model is not available: ", model.status().message()));
+    }
+    configs.push_back(&(*model)->config());
+    models.push_back(*std::move(model));
+  }
+  return ValidateEnsembleSteps(config, graph, configs);
+}
+
 absl::Status ModelLifecycle::LoadAll() {
   inferd::MutexLock load_lock(&load_mu_);
   ScanResult scan = ScanRepositories(options_.repositories);
@@ -291,10 +345,14 @@ absl::Status ModelLifecycle::LoadAll() {
     SetFailed(name, "", absl::InvalidArgumentError(reason));
     failures.push_back(reason);
   }
+  std::set<std::string> pass;
+  pass_loaded_ = &pass;
   for (const auto& [name, loc] : scan.models) {
+    if (!pass.insert(name).second) continue;  // loaded already, with an ensemble
     absl::Status st = LoadLocked(name, loc.dir, std::nullopt);
     if (!st.ok()) failures.push_back(std::string(st.message()));
   }
+  pass_loaded_ = nullptr;
   if (failures.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(inferd::StrJoin(failures, "; "));
 }
@@ -361,10 +419,14 @@ void ModelLifecycle::Poll() {
     retired.clear();
     LOG_INFO << "poll: model '" << name << "' left the repository; unloaded";
   }
+  std::set<std::string> pass;
+  pass_loaded_ = &pass;
   for (const auto& [name, dir] : changed) {
+    if (!pass.insert(name).second) continue;  // loaded already, with an ensemble
     LOG_INFO << "poll: loading new or changed model '" << name << "'";
     (void)LoadLocked(name, dir, std::nullopt);
   }
+  pass_loaded_ = nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
@@ -415,7 +477,21 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
 }
 
 bool ModelLifecycle::IsReady(std::string_view name, int64_t version) const {
-  return Get(name, version).ok();
+  return IsReadyAtDepth(name, version, 0);
+}
+
+// An ensemble is ready only while every model it runs is ready.
+bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int depth) const {
+  auto model = Get(name, version);
+  if (!model.ok()) return false;
+  const config::ModelConfig& cfg = (*model)->config();
+  if (cfg.platform() != "ensemble") return true;
+  if (depth >= 16) return false;
+  for (const auto& step : cfg.ensemble_scheduling().step()) {
+    const int64_t v = step.model_version() > 0 ? step.model_version() : -1;
+    if (!IsReadyAtDepth(step.model_name(), v, depth + 1)) return false;
+  }
+  return true;
 }
 
 std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,11 +100,21 @@ class ModelLifecycle {
       const std::string& name, const std::string& dir,
       const std::optional<config::ModelConfig>& override_config);
   void SetFailed(const std::string& name, const std::string& dir, const absl::Status& status);
+  // Checks an ensemble's steps against its composing models, loading those that are in a
+  // repository but not loaded (as tritonserver does).
+  absl::Status PrepareEnsemble(const config::ModelConfig& config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
 
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
 
   inferd::Mutex load_mu_;  // serializes loads and unloads; taken before mu_
+  // Models loaded during the current LoadAll or Poll pass, so an ensemble's composing model
+  // is not loaded twice; null outside a pass.
+  std::set<std::string>* pass_loaded_ ABSL_GUARDED_BY(load_mu_) = nullptr;
+  // Ensembles whose composing models are being loaded, to refuse cycles between ensembles.
+  std::vector<std::string> ensemble_stack_ ABSL_GUARDED_BY(load_mu_);
   mutable inferd::Mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
 };

@@ -20,6 +20,8 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.auto_complete = options_.auto_complete;
   lo.load.cpu_cores = options_.cpu_cores;
   lo.load.max_queue_size = options_.max_queue_size;
+  // Ensemble steps take the same path as a client's request: validation, then the model.
+  lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
   loader_ = std::make_unique<WorkerPool>(2, 64);
 }

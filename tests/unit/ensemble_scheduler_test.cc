@@ -1,0 +1,374 @@
+// EnsembleScheduler and BuildEnsembleGraph: graph checks with their exact messages, data-flow
+// dispatch (independent steps together, a step once its inputs exist), zero-copy hand-off,
+// error propagation naming the step, requested outputs, max_inflight_requests backpressure.
+// Steps go to a hand-pumped dispatcher standing in for the server, so every interleaving here
+// is deterministic.
+#include "scheduling/ensemble_scheduler.h"
+
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::scheduling {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+// (A + B)^2 and A - B: "add" and "sub" are independent, "square" reads add's output.
+constexpr char kEnsemble[] = R"pb(
+  name: "ens"
+  platform: "ensemble"
+  input { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }
+  input { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+  output { name: "SUM_SQ" data_type: TYPE_FP32 dims: [ 4 ] }
+  output { name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] }
+  ensemble_scheduling {
+    step {
+      model_name: "add" model_version: -1
+      input_map { key: "X" value: "A" }
+      input_map { key: "Y" value: "B" }
+      output_map { key: "Z" value: "s" }
+    }
+    step {
+      model_name: "sub" model_version: -1
+      input_map { key: "X" value: "A" }
+      input_map { key: "Y" value: "B" }
+      output_map { key: "Z" value: "DIFF" }
+    }
+    step {
+      model_name: "square" model_version: 2
+      input_map { key: "X" value: "s" }
+      output_map { key: "Z" value: "SUM_SQ" }
+    }
+  }
+)pb";
+
+config::ModelConfig Parse(const std::string& text) {
+  auto cfg = config::ParseModelConfigText(text, "test");
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+std::string GraphError(const std::string& text) {
+  auto g = BuildEnsembleGraph(Parse(text));
+  EXPECT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(g.status().message());
+}
+
+// Holds step requests until the test runs or fails them.
+class Pump {
+ public:
+  StepDispatcher Dispatcher() {
+    return [this](std::unique_ptr<core::InferRequest> r) {
+      inferd::MutexLock lock(&mu_);
+      pending_.push_back(std::move(r));
+    };
+  }
+  std::vector<std::string> Pending() {
+    inferd::MutexLock lock(&mu_);
+    std::vector<std::string> names;
+    for (const auto& r : pending_) names.push_back(r->model_name);
+    return names;
+  }
+  std::unique_ptr<core::InferRequest> Take(const std::string& model) {
+    inferd::MutexLock lock(&mu_);
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if ((*it)->model_name == model) {
+        auto r = std::move(*it);
+        pending_.erase(it);
+        return r;
+      }
+    }
+    ADD_FAILURE() << "no pending step for model " << model;
+    return nullptr;
+  }
+  // Runs the fake model `model` on its pending request; returns the input pointers it read.
+  std::vector<const char*> Run(const std::string& model) {
+    auto r = Take(model);
+    std::vector<const char*> seen;
+    for (const auto& in : r->inputs) seen.push_back(in.data.data());
+    auto x = Floats(*r->FindInput("X"));
+    std::vector<float> z(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (model == "square") {
+        z[i] = x[i] * x[i];
+      } else {
+        const float y = Floats(*r->FindInput("Y"))[i];
+        z[i] = model == "add" ? x[i] + y : x[i] - y;
+      }
+    }
+    auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(z.data()),
+                                               z.size() * sizeof(float));
+    auto resp = std::make_unique<core::InferResponse>();
+    core::OutputTensor out;
+    out.name = "Z";
+    out.datatype = DataType::kFp32;
+    out.shape = {static_cast<int64_t>(z.size())};
+    out.data = *bytes;
+    out.holder = bytes;
+    output_pointers_[model] = bytes->data();
+    resp->outputs.push_back(std::move(out));
+    auto cb = std::move(r->on_complete);
+    r.reset();
+    cb(std::move(resp));
+    return seen;
+  }
+  void Fail(const std::string& model, absl::Status status) {
+    auto r = Take(model);
+    core::CompleteWithError(std::move(r), std::move(status));
+  }
+  const char* OutputPointer(const std::string& model) { return output_pointers_[model]; }
+
+  static std::vector<float> Floats(const core::InputTensor& t) {
+    std::vector<float> v(t.data.size() / sizeof(float));
+    std::memcpy(v.data(), t.data.data(), t.data.size());
+    return v;
+  }
+
+ private:
+  inferd::Mutex mu_;
+  std::vector<std::unique_ptr<core::InferRequest>> pending_;
+  std::map<std::string, const char*> output_pointers_;
+};
+
+struct Result {
+  std::unique_ptr<core::InferResponse> response;
+  int calls = 0;
+};
+
+std::unique_ptr<core::InferRequest> MakeRequest(Result* result, std::vector<float> a,
+                                                std::vector<float> b) {
+  auto req = std::make_unique<core::InferRequest>();
+  req->model_name = "ens";
+  req->id = "req-1";
+  for (auto [name, values] : {std::pair{"A", a}, std::pair{"B", b}}) {
+    std::string& data = req->owned.emplace_back(reinterpret_cast<const char*>(values.data()),
+                                                values.size() * sizeof(float));
+    req->inputs.push_back({name, DataType::kFp32, {4}, data});
+  }
+  req->times.received_ns = core::NowNs();
+  req->on_complete = [result](std::unique_ptr<core::InferResponse> r) {
+    result->response = std::move(r);
+    ++result->calls;
+  };
+  return req;
+}
+
+std::vector<float> OutputFloats(const core::InferResponse& r, const std::string& name) {
+  for (const auto& o : r.outputs) {
+    if (o.name == name) {
+      std::vector<float> v(o.data.size() / sizeof(float));
+      std::memcpy(v.data(), o.data.data(), o.data.size());
+      return v;
+    }
+  }
+  ADD_FAILURE() << "no output " << name;
+  return {};
+}
+
+TEST(EnsembleGraphTest, BuildsStepsConsumersAndOrder) {
+  auto g = BuildEnsembleGraph(Parse(kEnsemble));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->steps.size(), 3u);
+  EXPECT_EQ(g->num_inputs, 2u);
+  EXPECT_EQ(g->steps[0].model_version, -1);
+  EXPECT_EQ(g->steps[2].model_version, 2);
+  EXPECT_EQ(g->steps[0].distinct_inputs, 0u);  // reads only ensemble inputs
+  EXPECT_EQ(g->steps[2].distinct_inputs, 1u);
+  // "square" comes after "add" in any valid order.
+  auto pos = [&](size_t s) { return std::find(g->order.begin(), g->order.end(), s) - g->order.begin(); };
+  EXPECT_LT(pos(0), pos(2));
+  EXPECT_EQ(g->order.size(), 3u);
+  EXPECT_THAT(g->consumers[0], ElementsAre(0, 1));  // A is read by add and sub
+}
+
+TEST(EnsembleGraphTest, ErrorsNameTheStepAndTensor) {
+  const std::string head = R"pb(
+    name: "ens" platform: "ensemble"
+    input { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }
+    output { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }
+  )pb";
+  EXPECT_EQ(GraphError(head), "ensemble 'ens': ensemble_scheduling must have at least one step");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling { step {
+      model_name: "m" input_map { key: "X" value: "nope" } output_map { key: "Z" value: "OUT" } } })pb"),
+            "ensemble 'ens' step 0 (model 'm'): input 'X' reads tensor 'nope', which is neither an "
+            "ensemble input nor written by any step");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling {
+      step { model_name: "m" input_map { key: "X" value: "A" } output_map { key: "Z" value: "OUT" } }
+      step { model_name: "n" input_map { key: "X" value: "A" } output_map { key: "Z" value: "OUT" } } })pb"),
+            "ensemble 'ens' step 1 (model 'n'): output 'Z' writes tensor 'OUT', which step 0 "
+            "(model 'm') also writes");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling { step {
+      model_name: "m" input_map { key: "X" value: "A" } output_map { key: "Z" value: "other" } } })pb"),
+            "ensemble 'ens': output 'OUT' is not written by any step");
+  EXPECT_EQ(GraphError(head + R"pb(input { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+      ensemble_scheduling { step {
+      model_name: "m" input_map { key: "X" value: "A" } output_map { key: "Z" value: "OUT" } } })pb"),
+            "ensemble 'ens': input 'B' is not read by any step");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling { step {
+      model_name: "m" input_map { key: "X" value: "A" } output_map { key: "Z" value: "OUT" }
+      output_map { key: "W" value: "spare" } } })pb"),
+            "ensemble 'ens' step 0 (model 'm'): output 'W' writes tensor 'spare', which no step "
+            "reads and is not an ensemble output");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling {
+      step { model_name: "m" input_map { key: "X" value: "A" } input_map { key: "Y" value: "t2" }
+             output_map { key: "Z" value: "t1" } }
+      step { model_name: "n" input_map { key: "X" value: "t1" } output_map { key: "Z" value: "t2" }
+             output_map { key: "W" value: "OUT" } } })pb"),
+            "ensemble 'ens' has a cycle: ensemble 'ens' step 0 (model 'm') reads, through other "
+            "steps, a tensor that depends on its own output");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling { step {
+      model_name: "ens" input_map { key: "X" value: "A" } output_map { key: "Z" value: "OUT" } } })pb"),
+            "ensemble 'ens' step 0 (model 'ens'): a step cannot run the ensemble itself");
+  EXPECT_EQ(GraphError(head + R"pb(ensemble_scheduling { step {
+      model_name: "m" input_map { key: "X" value: "A" } output_map { key: "Z" value: "A" } } })pb"),
+            "ensemble 'ens' step 0 (model 'm'): output 'Z' writes tensor 'A', which is an "
+            "ensemble input");
+}
+
+class EnsembleSchedulerTest : public ::testing::Test {
+ protected:
+  void Make(const std::string& text, size_t max_queue = 16) {
+    cfg_ = Parse(text);
+    auto g = BuildEnsembleGraph(cfg_);
+    ASSERT_TRUE(g.ok()) << g.status();
+    scheduler_ = std::make_unique<EnsembleScheduler>(cfg_, 1, *std::move(g), pump_.Dispatcher(),
+                                                     max_queue, &stats_);
+  }
+  config::ModelConfig cfg_;
+  Pump pump_;
+  metrics::ModelStats stats_;
+  std::unique_ptr<EnsembleScheduler> scheduler_;
+};
+
+TEST_F(EnsembleSchedulerTest, RunsIndependentStepsTogetherAndPassesTensorsWithoutCopies) {
+  Make(kEnsemble);
+  Result result;
+  scheduler_->Enqueue(MakeRequest(&result, {1, 2, 3, 4}, {10, 20, 30, 40}));
+  // Both steps that read only ensemble inputs are in flight at once; "square" waits.
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("add", "sub"));
+  EXPECT_EQ(scheduler_->InFlight(), 1u);
+  pump_.Run("add");
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("sub", "square"));
+  auto square_inputs = pump_.Run("square");
+  // "square" read add's output buffer itself, not a copy.
+  ASSERT_EQ(square_inputs.size(), 1u);
+  EXPECT_EQ(square_inputs[0], pump_.OutputPointer("add"));
+  EXPECT_EQ(result.calls, 0);
+  pump_.Run("sub");
+  ASSERT_EQ(result.calls, 1);
+  ASSERT_TRUE(result.response->status.ok()) << result.response->status;
+  EXPECT_EQ(result.response->model_name, "ens");
+  EXPECT_EQ(result.response->model_version, 1);
+  EXPECT_EQ(result.response->id, "req-1");
+  EXPECT_THAT(OutputFloats(*result.response, "SUM_SQ"), ElementsAre(121, 484, 1089, 1936));
+  EXPECT_THAT(OutputFloats(*result.response, "DIFF"), ElementsAre(-9, -18, -27, -36));
+  // The ensemble's output is square's buffer, again without a copy.
+  for (const auto& o : result.response->outputs) {
+    if (o.name == "SUM_SQ") EXPECT_EQ(o.data.data(), pump_.OutputPointer("square"));
+  }
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+  auto snap = stats_.Snapshot();
+  EXPECT_EQ(snap.success.count, 1u);
+  EXPECT_EQ(snap.fail.count, 0u);
+}
+
+TEST_F(EnsembleSchedulerTest, StepFailureFailsTheRequestOnceNamingTheStep) {
+  Make(kEnsemble);
+  Result result;
+  scheduler_->Enqueue(MakeRequest(&result, {1, 2, 3, 4}, {1, 1, 1, 1}));
+  pump_.Fail("sub", absl::InvalidArgumentError("input 'X' has shape [3]"));
+  ASSERT_EQ(result.calls, 1);
+  EXPECT_EQ(result.response->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.response->status.message(),
+            "in ensemble 'ens' step 1 (model 'sub'): input 'X' has shape [3]");
+  // Steps already in flight finish; nothing after them is dispatched, no second response.
+  pump_.Run("add");
+  EXPECT_THAT(pump_.Pending(), ElementsAre());
+  EXPECT_EQ(result.calls, 1);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+  EXPECT_EQ(stats_.Snapshot().fail.count, 1u);
+}
+
+TEST_F(EnsembleSchedulerTest, ReturnsOnlyRequestedOutputs) {
+  Make(kEnsemble);
+  Result result;
+  auto req = MakeRequest(&result, {1, 2, 3, 4}, {1, 1, 1, 1});
+  req->outputs.push_back({"DIFF"});
+  scheduler_->Enqueue(std::move(req));
+  pump_.Run("add");
+  pump_.Run("sub");
+  pump_.Run("square");
+  ASSERT_EQ(result.calls, 1);
+  ASSERT_EQ(result.response->outputs.size(), 1u);
+  EXPECT_EQ(result.response->outputs[0].name, "DIFF");
+  EXPECT_THAT(OutputFloats(*result.response, "DIFF"), ElementsAre(0, 1, 2, 3));
+}
+
+TEST_F(EnsembleSchedulerTest, MaxInflightRequestsHoldsLaterRequestsBack) {
+  std::string text = kEnsemble;
+  text.replace(text.find("ensemble_scheduling {"), 21,
+               "ensemble_scheduling { max_inflight_requests: 1");
+  Make(text, /*max_queue=*/1);
+  Result first, second, third;
+  scheduler_->Enqueue(MakeRequest(&first, {1, 1, 1, 1}, {1, 1, 1, 1}));
+  scheduler_->Enqueue(MakeRequest(&second, {2, 2, 2, 2}, {1, 1, 1, 1}));
+  // Only the first request's steps are out; the second waits; a third overflows the queue.
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("add", "sub"));
+  EXPECT_EQ(scheduler_->InFlight(), 2u);
+  scheduler_->Enqueue(MakeRequest(&third, {3, 3, 3, 3}, {1, 1, 1, 1}));
+  ASSERT_EQ(third.calls, 1);
+  EXPECT_EQ(third.response->status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(third.response->status.message(),
+            "ensemble 'ens' has 1 requests in flight (max_inflight_requests) and 1 waiting, the "
+            "limit (--max-queue-size); retry later");
+  pump_.Run("add");
+  pump_.Run("sub");
+  pump_.Run("square");
+  ASSERT_EQ(first.calls, 1);
+  EXPECT_TRUE(first.response->status.ok());
+  // The first one's completion started the second.
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("add", "sub"));
+  pump_.Run("add");
+  pump_.Run("sub");
+  pump_.Run("square");
+  ASSERT_EQ(second.calls, 1);
+  EXPECT_THAT(OutputFloats(*second.response, "SUM_SQ"), ElementsAre(9, 9, 9, 9));
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+}
+
+TEST_F(EnsembleSchedulerTest, ShutdownWaitsForStepsInFlightAndRefusesNewRequests) {
+  Make(kEnsemble);
+  Result result, late;
+  scheduler_->Enqueue(MakeRequest(&result, {1, 1, 1, 1}, {1, 1, 1, 1}));
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    scheduler_->Shutdown();
+    done = true;
+  });
+  while (true) {  // Shutdown has marked the scheduler stopping once a new request is refused.
+    Result probe;
+    scheduler_->Enqueue(MakeRequest(&probe, {1, 1, 1, 1}, {1, 1, 1, 1}));
+    if (probe.response && !probe.response->status.ok()) {
+      EXPECT_EQ(probe.response->status.message(), "model 'ens' version 1 is unloading");
+      break;
+    }
+    pump_.Run("add");  // a probe that got in before Shutdown: drain it
+    pump_.Run("sub");
+    pump_.Run("square");
+  }
+  EXPECT_FALSE(done.load());
+  pump_.Run("add");
+  pump_.Run("sub");
+  pump_.Run("square");
+  stopper.join();
+  EXPECT_TRUE(done.load());
+  ASSERT_EQ(result.calls, 1);
+  EXPECT_TRUE(result.response->status.ok());
+}
+
+}  // namespace
+}  // namespace inferd::scheduling
