@@ -293,7 +293,11 @@ void EnsembleScheduler::OnStepDone(const std::shared_ptr<Context>& ctx, size_t s
     --ctx->steps_left;
     if (ctx->finished) return;  // an earlier step failed; the response is gone
     if (!response->status.ok()) {
-      error = absl::Status(response->status.code(),
+      // A composing model that is not loaded makes the ensemble unavailable, not unknown.
+      const absl::StatusCode code = response->status.code() == absl::StatusCode::kNotFound
+                                        ? absl::StatusCode::kUnavailable
+                                        : response->status.code();
+      error = absl::Status(code,
                            inferd::StrCat("in ", StepName(name_, s, step.model_name), ": ",
                                           response->status.message()));
     } else {

@@ -253,3 +253,18 @@ def make_repo(tmp_path, test_models, example_models):
         return repo
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def pb(tmp_path_factory):
+    if NO_GRPC:
+        pytest.skip("gRPC is off in this run (INFERD_TEST_NO_GRPC=1)")
+    out = tmp_path_factory.mktemp("grpc_stubs")
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc",
+                    f"-I{REPO_ROOT / 'src/config'}", f"-I{REPO_ROOT / 'src/frontends/grpc'}",
+                    f"--python_out={out}", f"--grpc_python_out={out}",
+                    "grpc_service.proto", "model_config.proto"], check=True)
+    sys.path.insert(0, str(out))
+    import grpc_service_pb2
+    import grpc_service_pb2_grpc
+    return grpc_service_pb2, grpc_service_pb2_grpc

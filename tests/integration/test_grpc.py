@@ -14,22 +14,6 @@ from conftest import REPO_ROOT
 from v2client import infer, make_input, parse_response
 
 
-@pytest.fixture(scope="session")
-def pb(tmp_path_factory):
-    from conftest import NO_GRPC
-    if NO_GRPC:
-        pytest.skip("gRPC is off in this run (INFERD_TEST_NO_GRPC=1)")
-    out = tmp_path_factory.mktemp("grpc_stubs")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc",
-                    f"-I{REPO_ROOT / 'src/config'}", f"-I{REPO_ROOT / 'src/frontends/grpc'}",
-                    f"--python_out={out}", f"--grpc_python_out={out}",
-                    "grpc_service.proto", "model_config.proto"], check=True)
-    sys.path.insert(0, str(out))
-    import grpc_service_pb2
-    import grpc_service_pb2_grpc
-    return grpc_service_pb2, grpc_service_pb2_grpc
-
-
 @pytest.fixture(scope="module")
 def stub(server, pb):
     channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
