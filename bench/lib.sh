@@ -2,7 +2,8 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD_DIR:-$ROOT/build}"
 PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done; true; }
+# Under `set -e` a failing `wait` (a killed server returns 143) must not end the loop early.
+cleanup() { for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && { kill "$p" && wait "$p"; } 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
