@@ -6,6 +6,8 @@
 #include "scheduling/ensemble_scheduler.h"
 
 #include <cstring>
+#include <deque>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -349,8 +351,9 @@ TEST_F(EnsembleSchedulerTest, ShutdownWaitsForStepsInFlightAndRefusesNewRequests
     scheduler_->Shutdown();
     done = true;
   });
+  std::deque<Result> probes;  // a probe that gets in completes later: keep it alive
   while (true) {  // Shutdown has marked the scheduler stopping once a new request is refused.
-    Result probe;
+    Result& probe = probes.emplace_back();
     scheduler_->Enqueue(MakeRequest(&probe, {1, 1, 1, 1}, {1, 1, 1, 1}));
     if (probe.response && !probe.response->status.ok()) {
       EXPECT_EQ(probe.response->status.message(), "model 'ens' version 1 is unloading");
