@@ -11,6 +11,7 @@
 #include "app/flags.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
+#include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #ifdef INFERD_WITH_LIBTORCH
 #include "backends/libtorch/libtorch_backend.h"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
 
   backends::BackendRegistry backends;
   backends.Register(backends::MakeIdentityBackend());
+  backends.Register(backends::MakeImageBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
 #ifdef INFERD_WITH_LIBTORCH
   backends.Register(backends::MakeLibTorchBackend());

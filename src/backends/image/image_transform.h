@@ -1,0 +1,76 @@
+// What the image backend does to a decoded image: the settings read from a model's config
+// (validated once, at load) and the resize / crop / normalize / layout step that writes one
+// batch item of the output tensor. Pure functions of their arguments, so each knob and the
+// resize arithmetic are unit-tested without a server.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "backends/image/image_decode.h"
+#include "common/data_type.h"
+#include "config/model_config_util.h"
+
+namespace inferd::backends::image {
+
+enum class ResizeMode { kStretch, kShorterSideCenterCrop };
+enum class Interpolation { kBilinear, kNearest };
+enum class Layout { kNCHW, kNHWC };
+enum class ChannelOrder { kRGB, kBGR };
+
+inline constexpr int64_t kDefaultMaxPixels = int64_t{64} << 20;  // 64 Mi pixels
+
+struct PreprocessSettings {
+  DataType input_type = DataType::kUint8;  // kUint8 (dims [-1]) or kBytes (dims [1])
+  DataType output_type = DataType::kFp32;  // kFp32 or kUint8
+  int output_height = 0;
+  int output_width = 0;
+  Layout layout = Layout::kNCHW;
+  ResizeMode resize_mode = ResizeMode::kStretch;
+  // kShorterSideCenterCrop: the shorter side is resized to this, then the centre
+  // output_height x output_width is cut out (torchvision Resize(n) + CenterCrop).
+  int resize_shorter = 0;
+  Interpolation interpolation = Interpolation::kBilinear;
+  ChannelOrder channel_order = ChannelOrder::kRGB;
+  // FP32 only: value = (pixel * scale - mean[c]) / std[c], c in the output's channel order.
+  float scale = 1.0f / 255.0f;
+  std::array<float, 3> mean = {0.0f, 0.0f, 0.0f};
+  std::array<float, 3> std = {1.0f, 1.0f, 1.0f};
+  int64_t max_pixels = kDefaultMaxPixels;
+};
+
+// Reads and checks the config: one input (TYPE_UINT8 dims [-1] or TYPE_STRING dims [1]), one
+// output (TYPE_FP32 or TYPE_UINT8, dims [3,H,W] or [H,W,3]) and the `parameters`. Every error
+// names the model, the parameter (or tensor) and the value it refused.
+absl::StatusOr<PreprocessSettings> SettingsFromConfig(const config::ModelConfig& config);
+
+// The output's dims for one item, in the configured layout: [3,H,W] or [H,W,3].
+Shape ItemShape(const PreprocessSettings& s);
+
+// Where the output window lies in the resized image: the resized size and the window's
+// top-left corner. Stretch: resized == output, corner (0,0).
+struct ResizePlan {
+  int resized_width = 0;
+  int resized_height = 0;
+  int crop_left = 0;
+  int crop_top = 0;
+};
+ResizePlan PlanResize(int src_width, int src_height, const PreprocessSettings& s);
+
+// Source sampling along one axis for output positions [0, out): half-pixel centres
+// (align_corners=False, no antialiasing), src = (dst + offset + 0.5) * in / resized - 0.5
+// clamped at 0; bilinear reads lo and hi = min(lo + 1, in - 1) with weight `frac` on hi.
+// Nearest reads floor((dst + offset + 0.5) * in / resized), clamped to in - 1.
+struct AxisTap {
+  int lo = 0;
+  int hi = 0;
+  float frac = 0.0f;
+};
+std::vector<AxisTap> PlanAxis(int in, int resized, int offset, int out, Interpolation mode);
+
+// Writes one item (3 * output_height * output_width elements of output_type) to `out`.
+void Preprocess(const RgbImage& image, const PreprocessSettings& s, void* out);
+
+}  // namespace inferd::backends::image
