@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <cstdint>
 #include <new>
 
 #include <jerror.h>
@@ -238,8 +239,26 @@ Outcome DecodePngInto(PngContext* ctx, int64_t max_pixels, RgbImage* image,
   return Outcome::kOk;
 }
 
+uint32_t BigEndian32(std::string_view b) {
+  return (uint32_t{static_cast<unsigned char>(b[0])} << 24) |
+         (uint32_t{static_cast<unsigned char>(b[1])} << 16) |
+         (uint32_t{static_cast<unsigned char>(b[2])} << 8) | static_cast<unsigned char>(b[3]);
+}
+
 absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, int64_t max_pixels) {
   RgbImage image;
+  // IHDR is the first chunk: refuse a bomb before libpng reads (and inflates) anything else;
+  // png_read_info reads every chunk up to the first IDAT.
+  if (bytes.size() >= 24 && bytes.substr(12, 4) == "IHDR") {
+    const uint32_t width = BigEndian32(bytes.substr(16, 4));
+    const uint32_t height = BigEndian32(bytes.substr(20, 4));
+    if (static_cast<int64_t>(width) * height > max_pixels && width <= INT32_MAX &&
+        height <= INT32_MAX) {
+      image.width = static_cast<int>(width);
+      image.height = static_cast<int>(height);
+      return TooLarge(image, max_pixels);
+    }
+  }
   std::vector<png_bytep> rows;
   PngContext ctx;
   ctx.data = reinterpret_cast<const unsigned char*>(bytes.data());
