@@ -19,7 +19,7 @@ set -e
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 
 echo "== benchmarks (smoke)"
-for b in protocol onnx_latency; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
+for b in protocol onnx_latency image_preprocess; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
 
 # The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), then under
 # ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. The ASan stage also builds the
@@ -38,7 +38,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   INFERD_BIN="$ASAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
     -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
   # A fixed seed makes a run reproducible: a crash found here is found again by the same command.
-  for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz; do
+  for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz image_decode_fuzz; do
     corpus="$(mktemp -d)"
     cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true
     log="$(mktemp)"
