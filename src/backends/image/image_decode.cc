@@ -249,11 +249,13 @@ absl::StatusOr<RgbImage> DecodePng(std::string_view bytes, int64_t max_pixels) {
   RgbImage image;
   // IHDR is the first chunk: refuse a bomb before libpng reads (and inflates) anything else;
   // png_read_info reads every chunk up to the first IDAT.
+  // (PNG dimensions are at most 2^31 - 1, so the product fits in 64 bits; larger values are
+  // libpng's to reject.)
   if (bytes.size() >= 24 && bytes.substr(12, 4) == "IHDR") {
-    const uint32_t width = BigEndian32(bytes.substr(16, 4));
-    const uint32_t height = BigEndian32(bytes.substr(20, 4));
-    if (static_cast<int64_t>(width) * height > max_pixels && width <= INT32_MAX &&
-        height <= INT32_MAX) {
+    const uint64_t width = BigEndian32(bytes.substr(16, 4));
+    const uint64_t height = BigEndian32(bytes.substr(20, 4));
+    if (width <= INT32_MAX && height <= INT32_MAX &&
+        width * height > static_cast<uint64_t>(max_pixels)) {
       image.width = static_cast<int>(width);
       image.height = static_cast<int>(height);
       return TooLarge(image, max_pixels);
