@@ -138,6 +138,9 @@ def gen_example(root):
     # identity_fp32: backend "identity", no model file; the version folder must exist.
     _write_text(os.path.join(root, "identity_fp32", "1", ".keep"), "")
 
+    # image_preprocess: backend "image" (JPEG/PNG -> ResNet input), no model file either.
+    _write_text(os.path.join(root, "image_preprocess", "1", ".keep"), "")
+
     # add_sub_autocomplete: no config.pbtxt, FP32 ["batch", 4]
     _save_model(add_sub_graph(TensorProto.FLOAT, ["batch", 4]),
                 os.path.join(root, "add_sub_autocomplete", "1", "model.onnx"))

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <thread>

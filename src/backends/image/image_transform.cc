@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
