@@ -12,7 +12,8 @@ Tolerances: FP32 outputs within 1e-4 of the float64 reference after normalizatio
 server computes in float32; values are O(1)); UINT8 outputs are the unrounded reference
 rounded to nearest, i.e. within 0.5 + 1e-3 of it (downscales by 4.8x hit exact .5 ties often,
 which float32 and float64 break differently). Against PIL's own BILINEAR (antialiased): upscaling
-within 1 grey level, 0.8x downscaling mean abs diff <= 1.5.
+within 1 grey level (mean 0.22 measured), 0.8x downscaling mean abs diff <= 2 (1.49 measured;
+PIL averages over a wider window there).
 
     INFERD_BIN=build/inferd /usr/bin/python3 -m pytest -q tests/integration/test_image_backend.py
 """
@@ -300,7 +301,7 @@ def test_close_to_pil_bilinear_when_upscaling_or_mildly_downscaling(image_server
     up_img = png(96, 80, 60)                     # 96x80 -> 120x100 (1.25x)
     down_img = png(150, 125, 61)                 # 150x125 -> 120x100 (0.8x)
     out = outputs_of(run(image_server, "pre_uint8", [up_img, down_img]))
-    for data, got, mean_tol, max_tol in ((up_img, out[0], 0.5, 1), (down_img, out[1], 1.5, 16)):
+    for data, got, mean_tol, max_tol in ((up_img, out[0], 0.5, 1), (down_img, out[1], 2.0, 16)):
         pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").resize((120, 100),
                                                                              Image.BILINEAR))
         diff = np.abs(got.transpose(1, 2, 0).astype(np.int64) - pil.astype(np.int64))
