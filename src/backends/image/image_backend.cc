@@ -12,7 +12,6 @@
 
 #include "backends/image/image_decode.h"
 #include "backends/image/image_transform.h"
-#include "common/logging.h"
 #include "common/strings.h"
 
 namespace inferd::backends {
@@ -48,6 +47,10 @@ struct Item {
   absl::Status status;
 };
 
+// One instance of an image model. Execute runs on one thread at a time (the scheduler's
+// instance thread) and starts up to threads_ - 1 helpers for the batch, joined before it
+// returns; settings are read-only after construction. Each response's output buffer is owned
+// by its holder, so it outlives the instance if the response does.
 class ImageInstance : public ModelInstance {
  public:
   ImageInstance(const config::ModelConfig* config, PreprocessSettings settings, int threads)
