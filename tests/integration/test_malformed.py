@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import requests
 
-from test_grpc import pb, simple_request  # noqa: F401  (pb is a fixture)
+from test_grpc import simple_request
 from v2client import infer, make_input, parse_response
 
 A = np.arange(16, dtype=np.int32).reshape(1, 16)

@@ -141,6 +141,15 @@ def gen_example(root):
     # image_preprocess: backend "image" (JPEG/PNG -> ResNet input), no model file either.
     _write_text(os.path.join(root, "image_preprocess", "1", ".keep"), "")
 
+    # image_classifier: an ensemble (image_preprocess -> resnet50); its version folder is empty
+    # and its labels are torchvision's ImageNet class names (the weights are random).
+    _write_text(os.path.join(root, "image_classifier", "1", ".keep"), "")
+    labels = os.path.join(root, "image_classifier", "labels.txt")
+    if not os.path.exists(labels):
+        import torchvision
+        names = torchvision.models.ResNet50_Weights.IMAGENET1K_V1.meta["categories"]
+        _write_text(labels, "\n".join(names) + "\n")
+
     # add_sub_autocomplete: no config.pbtxt, FP32 ["batch", 4]
     _save_model(add_sub_graph(TensorProto.FLOAT, ["batch", 4]),
                 os.path.join(root, "add_sub_autocomplete", "1", "model.onnx"))
