@@ -11,18 +11,7 @@ SECONDS_PER_ROUND=10; CONCURRENCY="1 4"
 
 WORK="$(mktemp -d)"
 trap 'cleanup; rm -rf "$WORK"' EXIT
-/usr/bin/python3 - "$WORK" <<'PY'
-import sys
-import numpy as np
-from PIL import Image
-rng = np.random.default_rng(0)
-y, x = np.mgrid[0:480, 0:640].astype(np.float64)
-for i in range(8):
-    chans = [127 + 90 * np.sin(2 * np.pi * (rng.uniform(0.5, 4) * x / 640 + rng.uniform(0.5, 4) * y / 480))
-             + rng.normal(0, 10, (480, 640)) for _ in range(3)]
-    Image.fromarray(np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8)).save(
-        f"{sys.argv[1]}/img{i}.jpg", quality=90)
-PY
+make_jpegs "$WORK" 8
 
 PORT=$(free_port)
 "$BUILD/inferd" --model-repository="$ROOT/examples/model_repository" --model-control-mode=explicit \

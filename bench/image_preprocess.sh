@@ -12,18 +12,7 @@ DURATION=20; [[ "${1:-}" == "--smoke" ]] && DURATION=3
 
 WORK="$(mktemp -d)"
 trap 'cleanup; rm -rf "$WORK"' EXIT
-/usr/bin/python3 - "$WORK" <<'PY'
-import sys
-import numpy as np
-from PIL import Image
-rng = np.random.default_rng(0)
-y, x = np.mgrid[0:480, 0:640].astype(np.float64)
-for i in range(16):
-    chans = [127 + 90 * np.sin(2 * np.pi * (rng.uniform(0.5, 4) * x / 640 + rng.uniform(0.5, 4) * y / 480))
-             + rng.normal(0, 10, (480, 640)) for _ in range(3)]
-    arr = np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8)
-    Image.fromarray(arr).save(f"{sys.argv[1]}/img{i:02d}.jpg", quality=90)
-PY
+make_jpegs "$WORK" 16
 FILES=$(ls "$WORK"/img*.jpg | paste -sd:)
 BYTES=$(cat "$WORK"/img*.jpg | wc -c)
 echo "16 JPEGs 640x480, average $((BYTES / 16)) bytes"

@@ -26,3 +26,20 @@ wrk_rps() {
 wrk_p50_ms() {
   wrk -t1 -c"$1" -d"$2" --latency -s "$3" "$4" | awk '$1=="50%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}'
 }
+
+# make_jpegs <dir> <count>: 640x480 JPEGs (quality 90) of smooth random sinusoids plus noise,
+# <dir>/img00.jpg ... (PIL), so decoders and resizers have real content to work on.
+make_jpegs() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(0)
+y, x = np.mgrid[0:480, 0:640].astype(np.float64)
+for i in range(int(sys.argv[2])):
+    chans = [127 + 90 * np.sin(2 * np.pi * (rng.uniform(0.5, 4) * x / 640 + rng.uniform(0.5, 4) * y / 480))
+             + rng.normal(0, 10, (480, 640)) for _ in range(3)]
+    arr = np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8)
+    Image.fromarray(arr).save(f"{sys.argv[1]}/img{i:02d}.jpg", quality=90)
+PY
+}
