@@ -71,6 +71,8 @@ std::string Usage() {
   --strict-readiness=<bool>        ready only when every model is ready (default true)
   --exit-on-error=<bool>           exit when a model fails to load at start (default true)
   --disable-auto-complete-config   do not complete configs from model files
+  --backend-directory=<path>       where backend libraries loaded on first use live
+                                   (libinferd_backend_pytorch.so; default: inferd's folder)
   --allow-http=<bool>              serve HTTP (default true)
   --http-port=<n>                  (default 8000; 0 picks a free port)
   --http-address=<addr>            (default 0.0.0.0)
@@ -147,6 +149,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   std::map<std::string, Setter> with_value = {
       {"model-repository", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
       {"model-store", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
+      {"backend-directory", [&](const std::string& v) { f.backend_directory = v; return absl::OkStatus(); }},
       {"model-control-mode",
        [&](const std::string& v) -> absl::Status {
          if (v == "none") f.server.control_mode = server::ControlMode::kNone;

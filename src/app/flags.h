@@ -25,6 +25,7 @@ struct Flags {
   bool allow_metrics = true;
   http::HttpServerOptions metrics_http;
   int metrics_interval_ms = 2000;
+  std::string backend_directory;  // --backend-directory; default: the executable's folder
   int log_verbose = 0;
   bool log_iso8601 = false;
   bool help = false;

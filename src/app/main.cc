@@ -13,9 +13,7 @@
 #include "backends/identity/identity_backend.h"
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
-#ifdef INFERD_WITH_LIBTORCH
-#include "backends/libtorch/libtorch_backend.h"
-#endif
+#include "backends/module_backend.h"
 #include "common/logging.h"
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
@@ -67,7 +65,12 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeImageBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
 #ifdef INFERD_WITH_LIBTORCH
-  backends.Register(backends::MakeLibTorchBackend());
+  // LibTorch is loaded when the first PyTorch model loads, not before.
+  const std::string backend_dir = flags->backend_directory.empty()
+                                      ? backends::ExecutableDirectory()
+                                      : flags->backend_directory;
+  backends.Register(backends::MakeModuleBackend(
+      "pytorch", backend_dir + "/libinferd_backend_pytorch.so"));
 #endif
 
   metrics::MetricsRegistry registry;

@@ -409,3 +409,46 @@ def test_output_that_is_the_input_tensor(tsrv, binary):
         if not np.array_equal(out["OUTPUT__0"], feeds["INPUT__0"]):
             wrong.append((feeds["INPUT__0"].tolist(), out["OUTPUT__0"].tolist()))
     assert not wrong, f"{len(wrong)}/20 answers differ from the input, e.g. sent/got {wrong[0]}"
+
+
+# --------------------------------------------------------------------------------------------
+# LibTorch is loaded on first use
+
+
+def mapped_libraries(srv):
+    return Path(f"/proc/{srv.proc.pid}/maps").read_text()
+
+
+def test_libtorch_is_loaded_only_when_a_pytorch_model_loads(torch_repo, server_factory, make_repo):
+    import shutil
+    repo = make_repo({"simple": "simple"})
+    shutil.copytree(torch_repo / "torch_linear", repo / "torch_linear")
+    srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=simple"])
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code == 200, 60, "simple")
+    # Serving ONNX does not map LibTorch (nor the ~300 libraries Debian's build pulls in).
+    assert "libtorch_cpu" not in mapped_libraries(srv)
+    r = srv.post("/v2/repository/models/torch_linear/load", json={})
+    assert r.status_code == 200, r.text
+    assert "libtorch_cpu" in mapped_libraries(srv)
+    assert "libinferd_backend_pytorch.so" in mapped_libraries(srv)
+    x = np.ones((1, 8), np.float32)
+    assert infer(srv, "torch_linear", [make_input("INPUT__0", x, "FP32")]).status_code == 200
+    assert "loaded backend 'pytorch' from" in srv.log()
+
+
+def test_missing_backend_library_fails_the_load_clearly(torch_repo, server_factory, make_repo, tmp_path):
+    import shutil
+    repo = make_repo({"simple": "simple"})
+    shutil.copytree(torch_repo / "torch_linear", repo / "torch_linear")
+    empty = tmp_path / "no_backends"
+    empty.mkdir()
+    srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=simple",
+                                f"--backend-directory={empty}"])
+    for _ in range(2):  # the failure is remembered, not retried
+        r = srv.post("/v2/repository/models/torch_linear/load", json={})
+        assert_error(r, 400, "backend 'pytorch' cannot be loaded from",
+                     f"{empty}/libinferd_backend_pytorch.so")
+    # Other models keep serving.
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    r = infer(srv, "simple", [make_input("INPUT0", a, "INT32"), make_input("INPUT1", a, "INT32")])
+    assert r.status_code == 200, r.text

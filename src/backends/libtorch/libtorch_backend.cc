@@ -434,3 +434,8 @@ class LibTorchBackend : public Backend {
 std::unique_ptr<Backend> MakeLibTorchBackend() { return std::make_unique<LibTorchBackend>(); }
 
 }  // namespace inferd::backends
+
+// The module's entry point (backends/module_backend.h).
+extern "C" __attribute__((visibility("default"))) inferd::backends::Backend* InferdCreateBackend() {
+  return inferd::backends::MakeLibTorchBackend().release();
+}
