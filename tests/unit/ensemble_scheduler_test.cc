@@ -270,7 +270,9 @@ TEST_F(EnsembleSchedulerTest, RunsIndependentStepsTogetherAndPassesTensorsWithou
   EXPECT_THAT(OutputFloats(*result.response, "DIFF"), ElementsAre(-9, -18, -27, -36));
   // The ensemble's output is square's buffer, again without a copy.
   for (const auto& o : result.response->outputs) {
-    if (o.name == "SUM_SQ") EXPECT_EQ(o.data.data(), pump_.OutputPointer("square"));
+    if (o.name == "SUM_SQ") {
+      EXPECT_EQ(o.data.data(), pump_.OutputPointer("square"));
+    }
   }
   EXPECT_EQ(scheduler_->InFlight(), 0u);
   auto snap = stats_.Snapshot();
