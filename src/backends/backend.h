@@ -64,6 +64,10 @@ class Backend {
     return absl::OkStatus();
   }
 
+  // True when Execute takes a batch whose requests' tensors differ in shape on inputs marked
+  // `allow_ragged_batch` (each request's tensor used as it is, never concatenated).
+  virtual bool SupportsRaggedBatch() const { return false; }
+
   // Creates instance `index` (0-based over all groups) of group `group`.
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;

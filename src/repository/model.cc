@@ -150,6 +150,13 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
     return model;
   }
 
+  for (const auto& in : config.input()) {
+    if (in.allow_ragged_batch() && !backend->SupportsRaggedBatch()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", config.name(), "': input '", in.name(),
+          "' sets allow_ragged_batch, which backend '", backend->name(), "' does not support"));
+    }
+  }
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
   int index = 0;
   for (const auto& group : config.instance_group()) {

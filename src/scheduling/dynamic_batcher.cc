@@ -16,11 +16,16 @@ BatchPolicy PolicyFrom(const config::ModelConfig& config) {
   return p;
 }
 
-std::string ShapeKey(const core::InferRequest& r) {
+// Requests with equal keys may share a batch: same inputs, types and non-batch shapes, except
+// that the shape of an input with `allow_ragged_batch` may differ (the backend takes each
+// request's tensor as it is).
+std::string ShapeKey(const core::InferRequest& r, const std::vector<std::string>& ragged) {
   std::string key;
   for (const auto& in : r.inputs) {
     StrAppend(&key, in.name, ":", DataTypeName(in.datatype), ":");
-    for (size_t i = 1; i < in.shape.size(); ++i) StrAppend(&key, in.shape[i], ",");
+    if (std::find(ragged.begin(), ragged.end(), in.name) == ragged.end()) {
+      for (size_t i = 1; i < in.shape.size(); ++i) StrAppend(&key, in.shape[i], ",");
+    }
     key.push_back(';');
   }
   return key;
@@ -43,6 +48,9 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
       stats_(stats),
       now_ns_(std::move(now_ns)),
       instances_(std::move(instances)) {
+  for (const auto& in : config.input()) {
+    if (in.allow_ragged_batch()) ragged_inputs_.push_back(in.name());
+  }
   const auto& db = config.dynamic_batching();
   {
     inferd::MutexLock lock(&mu_);
@@ -92,7 +100,7 @@ void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
         timeout_us = timeout_us == 0 ? request->timeout_us : std::min(timeout_us, request->timeout_us);
       }
       p.deadline_ns = timeout_us ? p.enqueue_ns + timeout_us * 1000 : 0;
-      p.shape_key = ShapeKey(*request);
+      p.shape_key = ShapeKey(*request, ragged_inputs_);
       p.sequence = next_sequence_++;
       p.request = std::move(request);
       l.live.push_back(std::move(p));

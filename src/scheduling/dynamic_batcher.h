@@ -79,6 +79,7 @@ class DynamicBatcher : public Scheduler {
   const size_t server_max_queue_size_;
   metrics::ModelStats* const stats_;
   const std::function<uint64_t()> now_ns_;
+  std::vector<std::string> ragged_inputs_;  // inputs with allow_ragged_batch
   std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
 
   mutable inferd::Mutex mu_;

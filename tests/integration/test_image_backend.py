@@ -43,7 +43,7 @@ def params(**kv):
                    for k, v in kv.items())
 
 
-def write_model(repo, name, max_batch, input_type, output_type, dims, extra=""):
+def write_model(repo, name, max_batch, input_type, output_type, dims, extra="", ragged=False):
     d = Path(repo) / name
     (d / "1").mkdir(parents=True)  # no model file: the backend needs none
     in_dims = "[ -1 ]" if input_type == "TYPE_UINT8" else "[ 1 ]"
@@ -51,7 +51,7 @@ def write_model(repo, name, max_batch, input_type, output_type, dims, extra=""):
 name: "{name}"
 backend: "image"
 max_batch_size: {max_batch}
-input [ {{ name: "INPUT" data_type: {input_type} dims: {in_dims} }} ]
+input [ {{ name: "INPUT" data_type: {input_type} dims: {in_dims}{" allow_ragged_batch: true" if ragged else ""} }} ]
 output [ {{ name: "OUTPUT" data_type: {output_type} dims: [ {", ".join(map(str, dims))} ] }} ]
 {extra}
 """)
@@ -77,6 +77,14 @@ MODELS = {
                       extra=params(resize_mode="shorter_side_center_crop", scale="1/127.5",
                                    mean="1")
                       + "dynamic_batching { max_queue_delay_microseconds: 100000 }\n"),
+    # The preprocess model again, with allow_ragged_batch on its UINT8 [-1] input: requests
+    # whose images differ in byte length share batches.
+    "pre_ragged": dict(max_batch=8, input_type="TYPE_UINT8", output_type="TYPE_FP32",
+                       dims=[3, 224, 224], ragged=True,
+                       extra=params(resize_mode="shorter_side_center_crop", resize_shorter=256,
+                                    mean=",".join(map(str, IMAGENET_MEAN)),
+                                    std=",".join(map(str, IMAGENET_STD)))
+                       + "dynamic_batching { max_queue_delay_microseconds: 100000 }\n"),
     "pre_nearest_nobatch": dict(max_batch=0, input_type="TYPE_UINT8", output_type="TYPE_UINT8",
                                 dims=[50, 70, 3], extra=params(interpolation="nearest")),
 }
@@ -185,6 +193,8 @@ def reference(name, data):
         v = normalize(resize(rgb, 224, 224, "shorter_side_center_crop", 256),
                       mean=IMAGENET_MEAN, std=IMAGENET_STD)
         return v.transpose(2, 0, 1)
+    if name == "pre_ragged":
+        return reference("preprocess", data)
     if name == "pre_nhwc_bgr":
         return normalize(resize(rgb, 96, 128)[..., ::-1], mean=(0.5,) * 3, std=(0.25,) * 3)
     if name == "pre_uint8":
@@ -349,6 +359,40 @@ def test_corrupt_request_does_not_fail_its_batch_neighbours(image_server):
     after = batch_sizes()
     grew = [size for size, n in after.items() if n > before.get(size, 0) and size > 1]
     assert grew, f"no batch of more than one request formed: {before} -> {after}"
+
+
+def test_ragged_batch_merges_images_of_different_lengths(image_server):
+    def executions_and_inferences():
+        st = image_server.get("/v2/models/pre_ragged/stats").json()["model_stats"][0]
+        return int(st["execution_count"]), int(st["inference_count"])
+
+    before = executions_and_inferences()
+    images = [jpeg(320 + 16 * i, 240, 90 + i) for i in range(6)]
+    assert len({len(d) for d in images}) == 6  # six different UINT8 shapes
+    barrier = threading.Barrier(len(images))
+
+    def send(data):
+        barrier.wait()
+        return run(image_server, "pre_ragged", [data])
+
+    with futures.ThreadPoolExecutor(len(images)) as pool:
+        answers = list(pool.map(send, images))
+    for data, resp in zip(images, answers):
+        check("pre_ragged", [data], outputs_of(resp))
+    execs, infers = executions_and_inferences()
+    assert infers - before[1] == 6
+    assert execs - before[0] < 6, "requests of different lengths never shared a batch"
+
+
+def test_ragged_batch_needs_a_backend_that_takes_it(server_factory, make_repo):
+    repo = make_repo({"simple": "simple"})
+    cfg = (repo / "simple" / "config.pbtxt").read_text()
+    (repo / "simple" / "config.pbtxt").write_text(
+        cfg.replace('name: "INPUT0"', 'name: "INPUT0"\n    allow_ragged_batch: true', 1))
+    srv = server_factory([repo], ["--model-control-mode=explicit"])
+    r = srv.post("/v2/repository/models/simple/load", json={})
+    assert_error(r, 400, "model 'simple': input 'INPUT0' sets allow_ragged_batch, which backend "
+                 "'onnxruntime' does not support")
 
 
 def test_bad_parameter_fails_the_load_with_the_message(server_factory, tmp_path):

@@ -192,6 +192,9 @@ class ImageInstance : public ModelInstance {
 class ImageBackend : public Backend {
  public:
   std::string_view name() const override { return "image"; }
+  // Each request's images are decoded on their own, so encoded inputs of different lengths
+  // can share a batch.
+  bool SupportsRaggedBatch() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
