@@ -19,6 +19,7 @@ APT_PACKAGES=(
   python3-numpy python3-onnx python3-requests python3-pytest
   python3-torch python3-torchvision libtorch-dev
   wrk clang libclang-rt-14-dev
+  chromium
   libjpeg62-turbo-dev libpng-dev python3-pil
 )
 

@@ -1,0 +1,165 @@
+// inferd-perf's parsing, data, statistics, CSV and report code.
+#include "tools/perf/perf_lib.h"
+
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace inferd::perf {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(PerfOptionsTest, Ranges) {
+  auto r = ParseRange("1:8:2", "concurrency-range");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->Values(), ElementsAre(1, 3, 5, 7));
+  EXPECT_THAT(ParseRange("4", "concurrency-range")->Values(), ElementsAre(4));
+  EXPECT_THAT(ParseRange("2:4", "concurrency-range")->Values(), ElementsAre(2, 3, 4));
+  EXPECT_EQ(ParseRange("1:x", "concurrency-range").status().message(),
+            "--concurrency-range takes start[:end[:step]] with integers, got '1:x'");
+  EXPECT_EQ(ParseRange("4:2", "request-rate-range").status().message(),
+            "--request-rate-range needs 1 <= start <= end and step >= 1, got '4:2'");
+  EXPECT_FALSE(ParseRange("0:2", "c").ok());
+  EXPECT_FALSE(ParseRange("1:2:0", "c").ok());
+  EXPECT_FALSE(ParseRange("1:2:3:4", "c").ok());
+}
+
+TEST(PerfOptionsTest, Shapes) {
+  auto s = ParseShape("INPUT0:3,224,224");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->first, "INPUT0");
+  EXPECT_THAT(s->second, ElementsAre(3, 224, 224));
+  // Names may hold colons; the dims follow the last one.
+  EXPECT_EQ(ParseShape("a:b:4")->first, "a:b");
+  EXPECT_EQ(ParseShape("INPUT0").status().message(), "--shape takes name:d1,d2,... , got 'INPUT0'");
+  EXPECT_EQ(ParseShape("INPUT0:3,0").status().message(),
+            "--shape 'INPUT0:3,0': dimension '0' is not an integer >= 1");
+}
+
+TEST(PerfOptionsTest, CommandLine) {
+  auto o = ParseOptions({"-m", "resnet", "-i", "gRPC", "--concurrency-range=1:4", "-b", "2",
+                         "--shape", "x:3", "--percentile=95", "-f", "out.csv"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->model, "resnet");
+  EXPECT_EQ(o->protocol, "grpc");
+  EXPECT_EQ(o->url, "localhost:8001");
+  EXPECT_EQ(o->batch, 2);
+  EXPECT_EQ(o->percentile, 95);
+  EXPECT_THAT(o->concurrency->Values(), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(o->shapes.at("x"), ElementsAre(3));
+  EXPECT_EQ(o->csv_file, "out.csv");
+  EXPECT_EQ(ParseOptions({}).status().message(), "-m <model> is required; see --help");
+  EXPECT_EQ(ParseOptions({"-m", "a", "--bogus"}).status().message(), "unknown option '--bogus'; see --help");
+  EXPECT_EQ(ParseOptions({"-m", "a", "-b"}).status().message(), "-b needs a value");
+  EXPECT_EQ(ParseOptions({"-m", "a", "-i", "udp"}).status().message(), "-i takes http or grpc, got 'udp'");
+  EXPECT_EQ(ParseOptions({"-m", "a", "--concurrency-range", "1", "--request-rate-range", "10"})
+                .status().message(),
+            "--concurrency-range and --request-rate-range are exclusive");
+  auto d = ParseOptions({"-m", "a"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_THAT(d->concurrency->Values(), ElementsAre(1));
+  EXPECT_EQ(d->url, "localhost:8000");
+}
+
+TEST(PerfDataTest, TensorBytes) {
+  TensorSpec fp{"X", "FP32", {2, 3}};
+  EXPECT_EQ(MakeTensorBytes(fp, "zero", 1), std::string(24, '\0'));
+  std::string r = MakeTensorBytes(fp, "random", 1);
+  ASSERT_EQ(r.size(), 24u);
+  for (int i = 0; i < 6; ++i) {
+    float f;
+    std::memcpy(&f, r.data() + 4 * i, 4);
+    EXPECT_GE(f, 0.f);
+    EXPECT_LT(f, 1.f);
+  }
+  TensorSpec bytes{"S", "BYTES", {3}};
+  EXPECT_EQ(MakeTensorBytes(bytes, "zero", 1), std::string(12, '\0'));  // three empty strings
+}
+
+TEST(PerfDataTest, InputDataJson) {
+  std::vector<TensorSpec> specs = {{"A", "INT32", {2, 3}}, {"B", "FP32", {2, 2}}, {"S", "BYTES", {2, 1}}};
+  auto data = ParseInputDataJson(
+      R"({"data": [{"A": [1, 2, 3], "B": {"content": [0.5, 1.5], "shape": [2]}, "S": ["hi"]}]})", &specs);
+  ASSERT_TRUE(data.ok()) << data.status();
+  // One batch item's values repeated over the batch of 2.
+  std::vector<int32_t> a(6);
+  std::memcpy(a.data(), data->at("A").data(), 24);
+  EXPECT_THAT(a, ElementsAre(1, 2, 3, 1, 2, 3));
+  EXPECT_EQ(data->at("B").size(), 16u);
+  EXPECT_EQ(data->at("S"), std::string("\x02\0\0\0hi\x02\0\0\0hi", 12));
+  EXPECT_THAT(specs[1].shape, ElementsAre(2, 2));
+
+  std::vector<TensorSpec> one = {{"A", "INT32", {1, 4}}};
+  EXPECT_EQ(ParseInputDataJson(R"({"data": [{"A": [1, 2, 3]}]})", &one).status().message(),
+            "--input-data: input 'A' has 3 values; its shape needs 4");
+  EXPECT_EQ(ParseInputDataJson(R"({"data": [{}]})", &one).status().message(),
+            "--input-data: no data for input 'A'");
+  EXPECT_THAT(std::string(ParseInputDataJson("{nope", &one).status().message()),
+              HasSubstr("--input-data: malformed JSON at offset 1"));
+}
+
+TEST(PerfDataTest, JsonArrays) {
+  TensorSpec i32{"A", "INT32", {3}};
+  int32_t v[3] = {-1, 0, 7};
+  EXPECT_EQ(*JsonDataArray(i32, std::string_view(reinterpret_cast<char*>(v), 12)), "[-1,0,7]");
+  TensorSpec f32{"B", "FP32", {2}};
+  float f[2] = {0.5f, 0.1f};
+  EXPECT_EQ(*JsonDataArray(f32, std::string_view(reinterpret_cast<char*>(f), 8)), "[0.5,0.100000001]");
+  TensorSpec s{"S", "BYTES", {1}};
+  EXPECT_EQ(*JsonDataArray(s, std::string("\x03\0\0\0a\"b", 7)), "[\"a\\\"b\"]");
+  TensorSpec h{"H", "FP16", {1}};
+  EXPECT_FALSE(JsonDataArray(h, std::string(2, '\0')).ok());
+}
+
+TEST(PerfStatsTest, PercentilesAndStability) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(Percentile(v, 50), 50);
+  EXPECT_EQ(Percentile(v, 99), 99);
+  EXPECT_EQ(Percentile(v, 100), 100);
+  EXPECT_EQ(Percentile({7}, 90), 7);
+  EXPECT_EQ(Percentile({}, 50), 0);
+
+  EXPECT_FALSE(IsStable({{100, 10}, {101, 10}}, 10));                   // too few windows
+  EXPECT_TRUE(IsStable({{50, 99}, {100, 10}, {104, 10.5}, {98, 9.8}}, 10));  // last three agree
+  EXPECT_FALSE(IsStable({{100, 10}, {130, 10}, {100, 10}}, 10));        // throughput off
+  EXPECT_FALSE(IsStable({{100, 10}, {100, 14}, {100, 10}}, 10));        // latency off
+}
+
+TEST(PerfReportTest, CsvAndHtml) {
+  EXPECT_EQ(CsvHeader(false),
+            "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+            "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
+            "p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,"
+            "response wait,Failed");
+  EXPECT_EQ(CsvHeader(true).substr(0, 13), "Request Rate,");
+  StepResult r;
+  r.level = 4;
+  r.throughput = 1234.567;
+  r.avg_us = 100;
+  r.send_us = 10;
+  r.recv_us = 5;
+  r.p50_us = 90;
+  r.p90_us = 120;
+  r.p95_us = 130;
+  r.p99_us = 150;
+  r.server.queue_us = 20;
+  r.server.compute_input_us = 2;
+  r.server.compute_infer_us = 40;
+  r.server.compute_output_us = 3;
+  r.failed = 2;
+  // network+server = avg - send - recv - server (100 - 15 - 65 = 20); wait = 85.
+  EXPECT_EQ(CsvRow(r), "4,1234.57,10,20,20,2,40,3,5,90,120,130,150,100,15,85,2");
+  std::string html = HtmlReport("t <1>", false, {r, r});
+  EXPECT_THAT(html, HasSubstr("id='latency-plot'"));
+  EXPECT_THAT(html, HasSubstr("id='breakdown-plot'"));
+  EXPECT_THAT(html, HasSubstr("<circle"));
+  EXPECT_THAT(html, HasSubstr("<rect class='compute infer'"));
+  EXPECT_THAT(html, HasSubstr("t &lt;1&gt;"));
+}
+
+}  // namespace
+}  // namespace inferd::perf
