@@ -414,7 +414,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   std::exponential_distribution<double> exp_gap(1.0 / gap_ns);
   const int64_t nthreads = open_loop ? o.max_threads : level;
   for (int64_t t = 0; t < nthreads; ++t) {
-    threads.emplace_back([&, t] {
+    threads.emplace_back([&] {
       auto worker = protocol.NewWorker();
       while (!stop.load(std::memory_order_relaxed)) {
         uint64_t start = Now();
@@ -521,7 +521,8 @@ int Run(const Options& o) {
     std::cerr << "inferd-perf: -b " << o.batch << " exceeds the model's max_batch_size " << max_batch << "\n";
     return 2;
   }
-  for (const auto& [name, dims] : o.shapes) {
+  for (const auto& shape : o.shapes) {
+    const std::string& name = shape.first;
     if (std::none_of(inputs.begin(), inputs.end(), [&](const TensorSpec& s) { return s.name == name; })) {
       std::cerr << "inferd-perf: --shape names input '" << name << "', which model '" << o.model
                 << "' does not have\n";
