@@ -1,5 +1,7 @@
 #include "tools/perf/http_client.h"
 
+#include "tools/perf/perf_lib.h"
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,12 +17,6 @@
 
 namespace inferd::perf {
 namespace {
-
-uint64_t Now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool HeaderIs(std::string_view line, std::string_view name, std::string_view* value) {
   if (line.size() <= name.size() || line[name.size()] != ':') return false;
@@ -110,7 +106,7 @@ absl::StatusOr<HttpResponse> HttpClient::RequestOnce(const std::string& head, co
     if (absl::Status st = Connect(); !st.ok()) return st;
   }
   HttpResponse resp;
-  const uint64_t send_start = Now();
+  const uint64_t send_start = NowNs();
   size_t sent = 0;
   const size_t total = head.size() + body.size();
   while (sent < total) {
@@ -129,7 +125,7 @@ absl::StatusOr<HttpResponse> HttpClient::RequestOnce(const std::string& head, co
     }
     sent += static_cast<size_t>(w);
   }
-  resp.send_ns = Now() - send_start;
+  resp.send_ns = NowNs() - send_start;
 
   uint64_t first_byte = 0;
   auto fill = [&]() -> absl::Status {
@@ -139,7 +135,7 @@ absl::StatusOr<HttpResponse> HttpClient::RequestOnce(const std::string& head, co
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return absl::UnavailableError(std::string("read failed: ") + std::strerror(errno));
       if (r == 0) return absl::AbortedError("the server closed the connection");
-      if (first_byte == 0) first_byte = Now();
+      if (first_byte == 0) first_byte = NowNs();
       buffer_.append(tmp, static_cast<size_t>(r));
       return absl::OkStatus();
     }
@@ -174,7 +170,7 @@ absl::StatusOr<HttpResponse> HttpClient::RequestOnce(const std::string& head, co
   }
   resp.body = buffer_.substr(header_end + 4, static_cast<size_t>(content_length));
   buffer_.erase(0, need);
-  resp.recv_ns = Now() - (first_byte ? first_byte : Now());
+  resp.recv_ns = NowNs() - (first_byte ? first_byte : NowNs());
   return resp;
 }
 

@@ -26,12 +26,6 @@
 namespace inferd::perf {
 namespace {
 
-uint64_t Now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 struct Outcome {
   bool ok = false;
   uint64_t send_ns = 0, recv_ns = 0;
@@ -406,7 +400,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   Recorder recorder;
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
-  const uint64_t origin = Now();
+  const uint64_t origin = NowNs();
   std::mutex schedule_mu;
   uint64_t next_send = origin;
   std::mt19937_64 rng(12345);
@@ -417,7 +411,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
     threads.emplace_back([&] {
       auto worker = protocol.NewWorker();
       while (!stop.load(std::memory_order_relaxed)) {
-        uint64_t start = Now();
+        uint64_t start = NowNs();
         if (open_loop) {
           {
             std::lock_guard<std::mutex> lock(schedule_mu);
@@ -426,14 +420,14 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
           }
           // Sleep until the scheduled time; latency counts from it, so a late send shows.
           while (!stop.load(std::memory_order_relaxed)) {
-            const uint64_t now = Now();
+            const uint64_t now = NowNs();
             if (now >= start) break;
             std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<uint64_t>(start - now, 5'000'000)));
           }
           if (stop.load(std::memory_order_relaxed)) break;
         }
         Outcome out = worker->Send();
-        recorder.Add({start, Now(), out.send_ns, out.recv_ns, out.ok}, out.error);
+        recorder.Add({start, NowNs(), out.send_ns, out.recv_ns, out.ok}, out.error);
       }
     });
   }
@@ -442,13 +436,13 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   bool stable = false;
   const bool tty = isatty(STDERR_FILENO);
   recorder.Take();  // drop what started before the first window
-  uint64_t last = Now();
+  uint64_t last = NowNs();
   for (int64_t trial = 0; trial < o.max_trials && !stable; ++trial) {
     Window w;
     auto before = protocol.Stats();
     std::this_thread::sleep_for(std::chrono::milliseconds(o.measurement_interval_ms));
     w.records = recorder.Take();
-    const uint64_t now = Now();
+    const uint64_t now = NowNs();
     auto after = protocol.Stats();
     w.seconds = (now - last) / 1e9;
     last = now;

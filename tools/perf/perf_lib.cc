@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -55,6 +56,12 @@ std::string HtmlEscape(std::string_view s) {
 }
 
 }  // namespace
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 std::vector<int64_t> Range::Values() const {
   std::vector<int64_t> v;

@@ -14,6 +14,9 @@
 
 namespace inferd::perf {
 
+// Monotonic clock in nanoseconds.
+uint64_t NowNs();
+
 struct Range {
   int64_t start = 1;
   int64_t end = 1;
