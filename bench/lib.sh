@@ -19,12 +19,12 @@ wait_http() {  # url
 # wrk_rps <connections> <duration> <lua> <url> -> requests/s
 wrk_rps() {
   local t=2; [[ "$1" -lt 2 ]] && t=1
-  wrk -t"$t" -c"$1" -d"$2" -s "$3" "$4" | awk '/Requests\/sec/ {print $2}'
+  wrk -t"$t" -c"$1" -d"$2" --timeout 30s -s "$3" "$4" | awk '/Requests\/sec/ {print $2}'
 }
 
 # wrk_p50_ms <connections> <duration> <lua> <url> -> p50 latency in ms
 wrk_p50_ms() {
-  wrk -t1 -c"$1" -d"$2" --latency -s "$3" "$4" | awk '$1=="50%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}'
+  wrk -t1 -c"$1" -d"$2" --timeout 30s --latency -s "$3" "$4" | awk '$1=="50%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}'
 }
 
 # make_jpegs <dir> <count>: 640x480 JPEGs (quality 90) of smooth random sinusoids plus noise,

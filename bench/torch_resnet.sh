@@ -5,7 +5,7 @@
 # --smoke: short runs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-ROUNDS=2; DURATION=10s; ITER=10; [[ "${1:-}" == "--smoke" ]] && { ROUNDS=1; DURATION=2s; ITER=2; }
+ROUNDS=2; DURATION=10s; ITER=10; [[ "${1:-}" == "--smoke" ]] && { ROUNDS=1; DURATION=5s; ITER=2; }
 REPO=$(mktemp -d)
 trap 'cleanup; rm -rf "$REPO"' EXIT
 /usr/bin/python3 "$ROOT/tests/models/gen_torch_models.py" "$REPO" >/dev/null

@@ -19,7 +19,7 @@ set -e
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 
 echo "== benchmarks (smoke)"
-for b in protocol onnx_latency image_preprocess ensemble json memory; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
+for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_preprocess ensemble json memory mme; do bash "$ROOT/bench/$b.sh" --smoke | tail -1; done
 
 # The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), then under
 # ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. The ASan stage also builds the
