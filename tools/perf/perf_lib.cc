@@ -377,6 +377,10 @@ absl::StatusOr<std::map<std::string, std::string>> ParseInputDataJson(
         spec.shape = full;
       }
     }
+    if (std::any_of(spec.shape.begin(), spec.shape.end(), [](int64_t d) { return d < 0; })) {
+      return Bad("--input-data: input '" + spec.name + "' has a variable dimension; give its "
+                 "\"shape\" in the file or --shape " + spec.name + ":d1,d2,...");
+    }
     std::vector<const rapidjson::Value*> values;
     Flatten(*content, &values);
     std::string raw;
