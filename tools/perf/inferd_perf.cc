@@ -686,5 +686,14 @@ int main(int argc, char** argv) {
     std::cout << inferd::perf::Usage();
     return 0;
   }
-  return inferd::perf::Run(*o);
+  // The firewall: a library exception (allocation, gRPC, the standard library) ends the run
+  // with a message rather than std::terminate.
+  try {
+    return inferd::perf::Run(*o);
+  } catch (const std::exception& e) {
+    std::cerr << "inferd-perf: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "inferd-perf: unknown exception\n";
+  }
+  return 1;
 }
