@@ -105,6 +105,18 @@ def test_unknown_model_is_a_clear_error(perf_server):
     p = run_perf("-m", "no_such_model", "-u", f"127.0.0.1:{perf_server.port}", check=False)
     assert p.returncode == 1
     assert "model 'no_such_model'" in p.stderr and "404" in p.stderr
+    if not NO_GRPC:
+        p = run_perf("-m", "no_such_model", "-i", "grpc", "-u", f"127.0.0.1:{perf_server.grpc_port}",
+                     check=False)
+        assert p.returncode == 1
+        assert "model 'no_such_model': ModelMetadata failed" in p.stderr, p.stderr
+
+
+def test_unreachable_server_is_a_clear_error():
+    from conftest import free_port
+    port = free_port()
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{port}", check=False)
+    assert p.returncode == 1 and f"cannot connect to 127.0.0.1:{port}" in p.stderr, p.stderr
 
 
 def test_bad_options_name_what_is_wrong(perf_server):
