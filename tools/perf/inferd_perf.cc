@@ -129,7 +129,11 @@ class HttpProtocol : public Protocol {
       const auto& s = inputs[i];
       if (i) header += ',';
       header += "{\"name\":\"" + s.name + "\",\"datatype\":\"" + s.datatype + "\",\"shape\":[";
-      for (size_t k = 0; k < s.shape.size(); ++k) header += (k ? "," : "") + std::to_string(s.shape[k]);
+      // Appends, not `"," + std::string`: GCC 12 reports a false -Wrestrict on the latter.
+      for (size_t k = 0; k < s.shape.size(); ++k) {
+        if (k) header += ',';
+        header += std::to_string(s.shape[k]);
+      }
       header += "]";
       const std::string& bytes = data.at(s.name);
       if (options_.http_json) {
@@ -143,8 +147,10 @@ class HttpProtocol : public Protocol {
     }
     header += "],\"outputs\":[";
     for (size_t i = 0; i < outputs.size(); ++i) {
-      header += (i ? "," : "") + std::string("{\"name\":\"") + outputs[i] + "\"" +
-                (options_.http_json ? "" : ",\"parameters\":{\"binary_data\":true}") + "}";
+      if (i) header += ',';
+      header += "{\"name\":\"";
+      header += outputs[i];
+      header += options_.http_json ? "\"}" : "\",\"parameters\":{\"binary_data\":true}}";
     }
     header += "]}";
     body_ = header + raw;
@@ -619,13 +625,16 @@ int Run(const Options& o) {
 
   const bool open_loop = o.request_rate.has_value();
   const Range range = open_loop ? *o.request_rate : *o.concurrency;
+  const std::string version = o.version.empty() ? "" : " version " + o.version;
+  std::string latency_figure = "average";
+  if (o.percentile) latency_figure = std::string("p").append(std::to_string(o.percentile));
   std::printf("*** Measurement settings ***\n  model %s%s over %s%s, batch %lld, window %lld ms, "
               "stability %.0f%%, max trials %lld, latency %s\n\n",
-              o.model.c_str(), o.version.empty() ? "" : (" version " + o.version).c_str(),
+              o.model.c_str(), version.c_str(),
               o.protocol.c_str(), o.protocol == "http" ? (o.http_json ? " (JSON)" : " (binary)") : "",
               static_cast<long long>(o.batch), static_cast<long long>(o.measurement_interval_ms),
               o.stability_percentage, static_cast<long long>(o.max_trials),
-              o.percentile ? ("p" + std::to_string(o.percentile)).c_str() : "average");
+              latency_figure.c_str());
   std::vector<StepResult> steps;
   uint64_t ok_total = 0, failed_total = 0;
   for (int64_t level : range.Values()) {
