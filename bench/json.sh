@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # JSON vs the binary tensor extension for an image-sized tensor: FP32 1x3x224x224 (150,528
-# values, random in [0,1)) through an identity model, same server, same wrk, same run:
-# infer/s at c=1 and c=8. The JSON body is about 1.6 MB of decimal text, the binary one 602 KB.
-# The last line is the figure (JSON / binary). --smoke: 2 s runs.
+# random values) through an identity model, same server, same run, measured with inferd-perf
+# (closed loop, stable windows): infer/s at c=1 and c=8. JSON carries the tensor as decimal
+# text both ways (about 1.6 MB per body), binary as raw bytes both ways (602 KB).
+# The last line is the figure (JSON / binary at c=8). --smoke: short windows, 3 trials.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-DURATION=10s; [[ "${1:-}" == "--smoke" ]] && DURATION=2s
+PERF="$BUILD/tools/perf/inferd-perf"
+WINDOW=3000; TRIALS=6
+[[ "${1:-}" == "--smoke" ]] && { WINDOW=700; TRIALS=3; }
 W=$(mktemp -d)
 trap 'cleanup; rm -rf "$W"' EXIT
 
@@ -16,44 +19,31 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 PB
-HLEN=$(/usr/bin/python3 - "$W" <<'PY'
-import json, sys
-import numpy as np
-w = sys.argv[1]
-x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
-# JSON: request and response both carry the tensor as JSON numbers.
-json_body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3, 224, 224], "datatype": "FP32",
-                                    "data": [float(v) for v in x.reshape(-1)]}]})
-open(f"{w}/json.body", "w").write(json_body)
-# Binary: the tensor as raw bytes both ways.
-raw = x.tobytes()
-header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3, 224, 224], "datatype": "FP32",
-                                 "parameters": {"binary_data_size": len(raw)}}],
-                     "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
-open(f"{w}/binary.body", "wb").write(header + raw)
-print(len(header))
-PY
-)
-echo "bodies: JSON $(stat -c %s "$W/json.body") bytes, binary $(stat -c %s "$W/binary.body") bytes"
 
 P=$(free_port)
 "$BUILD/inferd" --model-repository="$W/repo" --http-port="$P" --allow-grpc=false \
   --allow-metrics=false 2>/tmp/inferd_bench_json.log & PIDS+=($!)
 wait_http "http://127.0.0.1:$P/v2/models/image_identity/ready"
-URL="http://127.0.0.1:$P/v2/models/image_identity/infer"
-# Both bodies are answered 200 before anything is timed.
-for kind in json binary; do
-  h=(); [[ $kind == binary ]] && h=(-H "Inference-Header-Content-Length: $HLEN")
-  code=$(curl -s -o /dev/null -w '%{http_code}' "${h[@]}" --data-binary @"$W/$kind.body" "$URL")
-  [[ "$code" == 200 ]] || { echo "$kind request answered $code"; exit 1; }
-done
 
-ratios=()
+# perf <csv> [--http-json]: c=1 and c=8; inferd-perf exits nonzero when every request failed.
+perf() {
+  local csv="$1"; shift
+  "$PERF" -m image_identity -u "127.0.0.1:$P" --concurrency-range 1:8:7 --input-data random \
+    --measurement-interval "$WINDOW" --max-trials "$TRIALS" --warmup-request-count 3 \
+    -f "$csv" "$@" >"$csv.log" 2>&1 || { cat "$csv.log"; exit 1; }
+}
+perf "$W/binary.csv"
+perf "$W/json.csv" --http-json
+# infer/s and failures of the row for concurrency $2 in CSV $1.
+col() { awk -F, -v c="$2" -v k="$3" 'NR > 1 && $1 == c {print $k}' "$1"; }
+ratio=""
 for c in 1 8; do
-  j=$(BODY_FILE="$W/json.body" HEADER_LENGTH="" wrk_rps "$c" "$DURATION" "$ROOT/bench/body_request.lua" "$URL")
-  b=$(BODY_FILE="$W/binary.body" HEADER_LENGTH="$HLEN" wrk_rps "$c" "$DURATION" "$ROOT/bench/body_request.lua" "$URL")
-  r=$(awk -v a="$j" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
-  echo "c=$c JSON ${j} infer/s, binary ${b} infer/s, JSON/binary ${r}"
-  ratios+=("c=$c $r")
+  j=$(col "$W/json.csv" "$c" 2); b=$(col "$W/binary.csv" "$c" 2)
+  jp=$(col "$W/json.csv" "$c" 10); bp=$(col "$W/binary.csv" "$c" 10)
+  fails=$(( $(col "$W/json.csv" "$c" 17) + $(col "$W/binary.csv" "$c" 17) ))
+  ratio=$(awk -v a="$j" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
+  echo "c=$c JSON $j infer/s (p50 $jp us), binary $b infer/s (p50 $bp us), JSON/binary $ratio, failed $fails"
+  [[ "$fails" == 0 ]] || { echo "failed requests at c=$c"; exit 1; }
+  [[ $c == 1 ]] && ratio1=$ratio
 done
-echo "json/binary throughput ratio, FP32 1x3x224x224: ${ratios[*]}"
+echo "json/binary throughput ratio c=1: $ratio1, c=8: $ratio"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Memory: inferd's resident set (VmRSS) idle with nothing loaded, then the RSS each small
-# loaded model adds: 20 copies of the example `simple` ONNX model (an ONNX Runtime session
-# each) loaded one by one through the repository API, RSS delta / 20. Also the same for the
-# identity backend (no runtime session), to show the server's own per-model cost.
+# Memory: inferd's resident set (VmRSS) idle with nothing loaded (explicit mode, nothing
+# loaded yet), then the RSS each small loaded model adds: 20 copies of the example
+# `identity_fp32` model loaded one by one through the repository API, RSS delta / 20 (the
+# server's own per-model cost: config, scheduler, instance thread, statistics). Then the same
+# for 20 copies of the example `simple` ONNX model (an ONNX Runtime session each).
 # The last line is the figure. --smoke: 5 copies.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -34,4 +35,4 @@ load_all simple; after_simple=$(rss_kib)
 per_identity=$(( (after_identity - idle) / COPIES ))
 per_simple=$(( (after_simple - after_identity) / COPIES ))
 echo "idle RSS ${idle} KiB; +${COPIES} identity models ${after_identity} KiB; +${COPIES} ONNX simple models ${after_simple} KiB"
-echo "idle RSS $(awk -v k="$idle" 'BEGIN{printf "%.1f", k/1024}') MiB, per small ONNX model ${per_simple} KiB, per identity model ${per_identity} KiB"
+echo "idle RSS $(awk -v k="$idle" 'BEGIN{printf "%.1f", k/1024}') MiB, per small model ${per_identity} KiB (identity_fp32; small ONNX model ${per_simple} KiB)"

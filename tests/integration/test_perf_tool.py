@@ -105,6 +105,18 @@ def test_unknown_model_is_a_clear_error(perf_server):
     p = run_perf("-m", "no_such_model", "-u", f"127.0.0.1:{perf_server.port}", check=False)
     assert p.returncode == 1
     assert "model 'no_such_model'" in p.stderr and "404" in p.stderr
+    if not NO_GRPC:
+        p = run_perf("-m", "no_such_model", "-i", "grpc", "-u", f"127.0.0.1:{perf_server.grpc_port}",
+                     check=False)
+        assert p.returncode == 1
+        assert "model 'no_such_model': ModelMetadata failed" in p.stderr, p.stderr
+
+
+def test_unreachable_server_is_a_clear_error():
+    from conftest import free_port
+    port = free_port()
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{port}", check=False)
+    assert p.returncode == 1 and f"cannot connect to 127.0.0.1:{port}" in p.stderr, p.stderr
 
 
 def test_bad_options_name_what_is_wrong(perf_server):
@@ -147,3 +159,40 @@ def test_html_report_renders_in_chromium(perf_server, tmp_path):
     breakdown = html.split('id="breakdown-plot"')[1].split("</svg>")[0]
     assert latency.count("<circle") == 6  # 3 percentiles x 2 steps
     assert breakdown.count("<rect") == 8  # 4 parts x 2 steps
+
+
+@pytest.mark.parametrize("protocol", ["http", "http-json", "grpc"])
+def test_input_data_file_batch_and_percentile(perf_server, tmp_path, protocol):
+    if protocol == "grpc" and NO_GRPC:
+        pytest.skip("gRPC is off in this run")
+    # perf_analyzer's format: flat values for simple, {"content", "shape"} for the variable
+    # dimension of identity_fp32 (the shape there replaces --shape).
+    data = tmp_path / "data.json"
+    data.write_text('{"data": [{"INPUT0": {"content": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5], "shape": [6]}}]}')
+    args = ["-m", "identity_fp32", "--input-data", data, "-b", "4", "--percentile", "90",
+            "--measurement-interval", "300", "--max-trials", "3", "-f", tmp_path / "o.csv"]
+    if protocol == "grpc":
+        args += ["-i", "grpc", "-u", f"127.0.0.1:{perf_server.grpc_port}"]
+    else:
+        args += ["-u", f"127.0.0.1:{perf_server.port}"]
+        if protocol == "http-json":
+            args += ["--http-json"]
+    before = success_count(perf_server, "identity_fp32")
+    p = run_perf(*args)
+    after = success_count(perf_server, "identity_fp32")
+    assert "batch 4" in p.stdout and "latency p90" in p.stdout
+    _, rows = read_csv(tmp_path / "o.csv")
+    assert int(rows[0][-1]) == 0
+    # The reported latency is the p90 column; throughput counts inferences (4 per request).
+    reported = float(p.stdout.split("latency ")[2].split(" usec")[0])
+    assert abs(reported - int(rows[0][10])) <= 1, (reported, rows[0])
+    requests = int(p.stdout.split("Client: ")[1].split(" requests")[0])
+    assert 0 < requests <= after - before
+
+
+def test_malformed_input_data_names_the_input(perf_server, tmp_path):
+    data = tmp_path / "data.json"
+    data.write_text('{"data": [{"INPUT0": [1, 2, 3]}]}')
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data, check=False)
+    assert p.returncode == 2
+    assert "no data for input 'INPUT1'" in p.stderr or "input 'INPUT0' has 3 values" in p.stderr, p.stderr

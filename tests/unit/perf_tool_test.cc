@@ -99,6 +99,17 @@ TEST(PerfDataTest, InputDataJson) {
             "--input-data: no data for input 'A'");
   EXPECT_THAT(std::string(ParseInputDataJson("{nope", &one).status().message()),
               HasSubstr("--input-data: malformed JSON at offset 1"));
+
+  // A variable dimension takes the file's "shape"; flat values cannot fill it.
+  std::vector<TensorSpec> variable = {{"V", "FP32", {2, -1}}};
+  auto v = ParseInputDataJson(R"({"data": [{"V": {"content": [1, 2, 3], "shape": [3]}}]})", &variable);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_THAT(variable[0].shape, ElementsAre(2, 3));
+  EXPECT_EQ(v->at("V").size(), 24u);
+  variable = {{"V", "FP32", {2, -1}}};
+  EXPECT_EQ(ParseInputDataJson(R"({"data": [{"V": [1, 2, 3]}]})", &variable).status().message(),
+            "--input-data: input 'V' has a variable dimension; give its \"shape\" in the file or "
+            "--shape V:d1,d2,...");
 }
 
 TEST(PerfDataTest, JsonArrays) {

@@ -56,6 +56,13 @@ class Protocol {
   virtual absl::StatusOr<Counters> Stats() = 0;
 };
 
+bool IsArray(const rapidjson::Value& v, const char* key) {
+  return v.IsObject() && v.HasMember(key) && v[key].IsArray();
+}
+bool IsString(const rapidjson::Value& v, const char* key) {
+  return v.IsObject() && v.HasMember(key) && v[key].IsString();
+}
+
 std::string JsonError(const std::string& body) {
   rapidjson::Document d;
   d.Parse(body.data(), body.size());
@@ -79,13 +86,25 @@ class HttpProtocol : public Protocol {
     HttpClient c(host_, port_);
     auto md = Get(c, base_);
     if (!md.ok()) return md.status();
+    // Checked member by member: a server that answers something else gets a message, not a
+    // rapidjson assertion.
     const rapidjson::Document& meta = **md;
+    const auto bad = absl::DataLossError("GET " + base_ + ": not KServe v2 model metadata "
+                                         "(inputs/outputs with name, datatype, shape)");
+    if (!IsArray(meta, "inputs") || !IsArray(meta, "outputs")) return bad;
     for (const auto& in : meta["inputs"].GetArray()) {
+      if (!IsString(in, "name") || !IsString(in, "datatype") || !IsArray(in, "shape")) return bad;
       TensorSpec s{in["name"].GetString(), in["datatype"].GetString(), {}};
-      for (const auto& d : in["shape"].GetArray()) s.shape.push_back(d.GetInt64());
+      for (const auto& d : in["shape"].GetArray()) {
+        if (!d.IsInt64()) return bad;
+        s.shape.push_back(d.GetInt64());
+      }
       inputs->push_back(s);
     }
-    for (const auto& out : meta["outputs"].GetArray()) outputs->push_back(out["name"].GetString());
+    for (const auto& out : meta["outputs"].GetArray()) {
+      if (!IsString(out, "name")) return bad;
+      outputs->push_back(out["name"].GetString());
+    }
     auto cfg = Get(c, base_ + "/config");
     if (!cfg.ok()) return cfg.status();
     const rapidjson::Document& config = **cfg;
@@ -104,7 +123,11 @@ class HttpProtocol : public Protocol {
       const auto& s = inputs[i];
       if (i) header += ',';
       header += "{\"name\":\"" + s.name + "\",\"datatype\":\"" + s.datatype + "\",\"shape\":[";
-      for (size_t k = 0; k < s.shape.size(); ++k) header += (k ? "," : "") + std::to_string(s.shape[k]);
+      // Appends, not `"," + std::string`: GCC 12 reports a false -Wrestrict on the latter.
+      for (size_t k = 0; k < s.shape.size(); ++k) {
+        if (k) header += ',';
+        header += std::to_string(s.shape[k]);
+      }
       header += "]";
       const std::string& bytes = data.at(s.name);
       if (options_.http_json) {
@@ -118,8 +141,10 @@ class HttpProtocol : public Protocol {
     }
     header += "],\"outputs\":[";
     for (size_t i = 0; i < outputs.size(); ++i) {
-      header += (i ? "," : "") + std::string("{\"name\":\"") + outputs[i] + "\"" +
-                (options_.http_json ? "" : ",\"parameters\":{\"binary_data\":true}") + "}";
+      if (i) header += ',';
+      header += "{\"name\":\"";
+      header += outputs[i];
+      header += options_.http_json ? "\"}" : "\",\"parameters\":{\"binary_data\":true}}";
     }
     header += "]}";
     body_ = header + raw;
@@ -160,11 +185,18 @@ class HttpProtocol : public Protocol {
     auto doc = Get(*stats_client_, base_ + "/stats");
     if (!doc.ok()) return doc.status();
     Counters c;
+    if (!IsArray(**doc, "model_stats")) {
+      return absl::DataLossError("GET " + base_ + "/stats: no model_stats array");
+    }
     for (const auto& m : (**doc)["model_stats"].GetArray()) {
+      if (!m.IsObject() || !m.HasMember("inference_stats") || !m["inference_stats"].IsObject()) continue;
       const auto& s = m["inference_stats"];
-      auto get = [&](const char* k, const char* f) {
+      // Counters are numbers, or strings holding numbers (proto3 JSON's 64-bit integers).
+      auto get = [&](const char* k, const char* f) -> uint64_t {
+        if (!s.HasMember(k) || !s[k].IsObject() || !s[k].HasMember(f)) return 0;
         const auto& v = s[k][f];
-        return v.IsUint64() ? v.GetUint64() : static_cast<uint64_t>(std::atoll(v.GetString()));
+        if (v.IsUint64()) return v.GetUint64();
+        return v.IsString() ? static_cast<uint64_t>(std::strtoull(v.GetString(), nullptr, 10)) : 0;
       };
       c.success += get("success", "count");
       c.success_ns += get("success", "ns");
@@ -205,12 +237,19 @@ class HttpProtocol : public Protocol {
 
 class GrpcProtocol : public Protocol {
  public:
-  GrpcProtocol(const Options& o) : options_(o) {
+  explicit GrpcProtocol(const Options& o) : options_(o), stub_(NewStub(o.url, 0)) {}
+
+  // Each worker gets its own channel and so its own HTTP/2 connection, as each HTTP worker
+  // has its own socket: gRPC would otherwise share one subchannel between equal channels.
+  static std::unique_ptr<inference::GRPCInferenceService::Stub> NewStub(const std::string& url,
+                                                                       int id) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    channel_ = grpc::CreateCustomChannel(o.url, grpc::InsecureChannelCredentials(), args);
-    stub_ = inference::GRPCInferenceService::NewStub(channel_);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("inferd_perf.worker", id);
+    return inference::GRPCInferenceService::NewStub(
+        grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args));
   }
 
   absl::Status Describe(std::vector<TensorSpec>* inputs, std::vector<std::string>* outputs,
@@ -258,19 +297,20 @@ class GrpcProtocol : public Protocol {
 
   std::unique_ptr<Worker> NewWorker() override {
     struct W : Worker {
-      explicit W(GrpcProtocol* p) : p(p) {}
+      W(const GrpcProtocol* p, int id) : p(p), stub(NewStub(p->options_.url, id)) {}
       Outcome Send() override {
         Outcome o;
         grpc::ClientContext ctx;
         inference::ModelInferResponse resp;
-        grpc::Status st = p->stub_->ModelInfer(&ctx, p->request_, &resp);
+        grpc::Status st = stub->ModelInfer(&ctx, p->request_, &resp);
         o.ok = st.ok();
         if (!o.ok) o.error = "gRPC " + std::to_string(st.error_code()) + ": " + st.error_message();
         return o;
       }
-      GrpcProtocol* p;
+      const GrpcProtocol* p;
+      std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
     };
-    return std::make_unique<W>(this);
+    return std::make_unique<W>(this, ++workers_);
   }
 
   absl::StatusOr<Counters> Stats() override {
@@ -296,9 +336,9 @@ class GrpcProtocol : public Protocol {
 
  private:
   const Options& options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;  // metadata and statistics
   inference::ModelInferRequest request_;
+  std::atomic<int> workers_{0};
 };
 
 // ---- measuring ------------------------------------------------------------------------------
@@ -320,6 +360,10 @@ class Recorder {
     std::vector<Record> out;
     out.swap(records_);
     return out;
+  }
+  size_t Size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_.size();
   }
   std::string FirstError() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -391,7 +435,7 @@ StepResult Summarize(int64_t level, int64_t batch, const std::vector<Window>& wi
     r.server.compute_infer_us = delta.infer_ns / n / 1000;
     r.server.compute_output_us = delta.output_ns / n / 1000;
   }
-  (void)percentile;
+  r.latency_us = percentile > 0 ? Percentile(lat, percentile) / 1000 : r.avg_us;
   return r;
 }
 
@@ -440,7 +484,23 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   for (int64_t trial = 0; trial < o.max_trials && !stable; ++trial) {
     Window w;
     auto before = protocol.Stats();
-    std::this_thread::sleep_for(std::chrono::milliseconds(o.measurement_interval_ms));
+    const auto window_end = std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(o.measurement_interval_ms);
+    if (tty) {
+      // The live line: completed requests so far in this window, redrawn four times a second.
+      for (auto t = std::chrono::steady_clock::now(); t < window_end; t = std::chrono::steady_clock::now()) {
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            window_end - t, std::chrono::milliseconds(250)));
+        const double elapsed = (Now() - last) / 1e9;
+        std::fprintf(stderr, "\r\033[K%s %lld: window %lld/%lld  %.1f s  %zu requests  ~%.1f infer/s",
+                     open_loop ? "request rate" : "concurrency", static_cast<long long>(level),
+                     static_cast<long long>(trial + 1), static_cast<long long>(o.max_trials), elapsed,
+                     recorder.Size(), elapsed > 0 ? recorder.Size() * o.batch / elapsed : 0.0);
+        std::fflush(stderr);
+      }
+    } else {
+      std::this_thread::sleep_until(window_end);
+    }
     w.records = recorder.Take();
     const uint64_t now = NowNs();
     auto after = protocol.Stats();
@@ -452,15 +512,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
       w.have_stats = true;
     }
     StepResult one = Summarize(level, o.batch, {w}, o.percentile);
-    double latency = one.avg_us;
-    if (o.percentile > 0) {
-      std::vector<uint64_t> lat;
-      for (const auto& r : w.records) {
-        if (r.ok) lat.push_back(r.end - r.start);
-      }
-      std::sort(lat.begin(), lat.end());
-      latency = Percentile(lat, static_cast<double>(o.percentile)) / 1000;
-    }
+    const double latency = one.latency_us;
     figures.push_back({one.throughput, latency});
     windows.push_back(std::move(w));
     stable = IsStable(figures, o.stability_percentage);
@@ -526,8 +578,10 @@ int Run(const Options& o) {
   for (auto& s : inputs) {
     std::vector<int64_t> dims(s.shape.begin() + (max_batch > 0 ? 1 : 0), s.shape.end());
     if (auto it = o.shapes.find(s.name); it != o.shapes.end()) dims = it->second;
+    // A data file may give the shape itself; ParseInputDataJson checks what is left.
+    const bool shape_from_file = o.input_data != "zero" && o.input_data != "random";
     for (int64_t d : dims) {
-      if (d < 0) {
+      if (d < 0 && !shape_from_file) {
         std::cerr << "inferd-perf: input '" << s.name << "' has a variable dimension; give its shape "
                   << "with --shape " << s.name << ":d1,d2,...\n";
         return 2;
@@ -566,13 +620,16 @@ int Run(const Options& o) {
 
   const bool open_loop = o.request_rate.has_value();
   const Range range = open_loop ? *o.request_rate : *o.concurrency;
+  const std::string version = o.version.empty() ? "" : " version " + o.version;
+  std::string latency_figure = "average";
+  if (o.percentile) latency_figure = std::string("p").append(std::to_string(o.percentile));
   std::printf("*** Measurement settings ***\n  model %s%s over %s%s, batch %lld, window %lld ms, "
               "stability %.0f%%, max trials %lld, latency %s\n\n",
-              o.model.c_str(), o.version.empty() ? "" : (" version " + o.version).c_str(),
+              o.model.c_str(), version.c_str(),
               o.protocol.c_str(), o.protocol == "http" ? (o.http_json ? " (JSON)" : " (binary)") : "",
               static_cast<long long>(o.batch), static_cast<long long>(o.measurement_interval_ms),
               o.stability_percentage, static_cast<long long>(o.max_trials),
-              o.percentile ? ("p" + std::to_string(o.percentile)).c_str() : "average");
+              latency_figure.c_str());
   std::vector<StepResult> steps;
   uint64_t ok_total = 0, failed_total = 0;
   for (int64_t level : range.Values()) {
@@ -581,12 +638,18 @@ int Run(const Options& o) {
     failed_total += r.failed;
     std::printf("%s: %lld, throughput: %.1f infer/sec, latency %.0f usec%s\n",
                 open_loop ? "Request rate" : "Concurrency", static_cast<long long>(level),
-                r.throughput, o.percentile ? (o.percentile == 50 ? r.p50_us : o.percentile == 90 ? r.p90_us : o.percentile == 95 ? r.p95_us : r.p99_us) : r.avg_us,
+                r.throughput, r.latency_us,
                 r.stable ? "" : " (unstable)");
-    std::printf("  Client: %llu requests, %llu failed, avg %.0f us, p50 %.0f, p90 %.0f, p95 %.0f, p99 %.0f us; "
-                "send %.0f us, recv %.0f us\n",
+    // gRPC's synchronous stub writes and reads inside one call: no send/recv split there.
+    char send_recv[96];
+    if (o.protocol == "grpc") {
+      std::snprintf(send_recv, sizeof(send_recv), "send/recv not separable over gRPC");
+    } else {
+      std::snprintf(send_recv, sizeof(send_recv), "send %.0f us, recv %.0f us", r.send_us, r.recv_us);
+    }
+    std::printf("  Client: %llu requests, %llu failed, avg %.0f us, p50 %.0f, p90 %.0f, p95 %.0f, p99 %.0f us; %s\n",
                 static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.failed),
-                r.avg_us, r.p50_us, r.p90_us, r.p95_us, r.p99_us, r.send_us, r.recv_us);
+                r.avg_us, r.p50_us, r.p90_us, r.p95_us, r.p99_us, send_recv);
     std::printf("  Server: %llu requests, avg request %.0f us (queue %.0f, compute input %.0f, "
                 "compute infer %.0f, compute output %.0f)\n",
                 static_cast<unsigned long long>(r.server.requests), r.server.total_us,
@@ -627,5 +690,14 @@ int main(int argc, char** argv) {
     std::cout << inferd::perf::Usage();
     return 0;
   }
-  return inferd::perf::Run(*o);
+  // The firewall: a library exception (allocation, gRPC, the standard library) ends the run
+  // with a message rather than std::terminate.
+  try {
+    return inferd::perf::Run(*o);
+  } catch (const std::exception& e) {
+    std::cerr << "inferd-perf: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "inferd-perf: unknown exception\n";
+  }
+  return 1;
 }

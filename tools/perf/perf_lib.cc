@@ -384,6 +384,10 @@ absl::StatusOr<std::map<std::string, std::string>> ParseInputDataJson(
         spec.shape = full;
       }
     }
+    if (std::any_of(spec.shape.begin(), spec.shape.end(), [](int64_t d) { return d < 0; })) {
+      return Bad("--input-data: input '" + spec.name + "' has a variable dimension; give its "
+                 "\"shape\" in the file or --shape " + spec.name + ":d1,d2,...");
+    }
     std::vector<const rapidjson::Value*> values;
     Flatten(*content, &values);
     std::string raw;
@@ -507,7 +511,8 @@ std::string CsvRow(const StepResult& r) {
 
 std::string HtmlReport(const std::string& title, bool request_rate_mode,
                        const std::vector<StepResult>& steps) {
-  constexpr double W = 640, H = 360, L = 70, R = 20, T = 20, B = 50;
+  // The legend sits right of the plot area (R wide), so it never covers a point or a bar.
+  constexpr double W = 760, H = 360, L = 70, R = 140, T = 20, B = 50;
   double max_tp = 1, max_lat = 1, max_server = 1;
   for (const auto& s : steps) {
     max_tp = std::max(max_tp, s.throughput);
@@ -517,11 +522,16 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
   }
   auto x = [&](double tp) { return L + (W - L - R) * tp / (max_tp * 1.05); };
   auto y = [&](double v, double max) { return H - B - (H - T - B) * v / (max * 1.05); };
-  auto axes = [&](const std::string& xlabel, const std::string& ylabel, double ymax) {
+  auto axes = [&](const std::string& xlabel, const std::string& ylabel, double ymax, double xmax) {
     std::string a;
+    a += "<text x='" + Fmt(L - 5) + "' y='" + Fmt(H - B + 4) + "' text-anchor='end' font-size='11'>0</text>";
+    if (xmax > 0) {
+      a += "<text x='" + Fmt(W - R) + "' y='" + Fmt(H - B + 15) + "' text-anchor='end' font-size='11'>" +
+           Fmt(xmax * 1.05, 0) + "</text>";
+    }
     a += "<line x1='" + Fmt(L) + "' y1='" + Fmt(H - B) + "' x2='" + Fmt(W - R) + "' y2='" + Fmt(H - B) + "' stroke='#333'/>";
     a += "<line x1='" + Fmt(L) + "' y1='" + Fmt(T) + "' x2='" + Fmt(L) + "' y2='" + Fmt(H - B) + "' stroke='#333'/>";
-    a += "<text x='" + Fmt((W + L) / 2) + "' y='" + Fmt(H - 10) + "' text-anchor='middle'>" + xlabel + "</text>";
+    a += "<text x='" + Fmt((L + W - R) / 2) + "' y='" + Fmt(H - 10) + "' text-anchor='middle'>" + xlabel + "</text>";
     a += "<text x='15' y='" + Fmt((H - B + T) / 2) + "' transform='rotate(-90 15 " + Fmt((H - B + T) / 2) +
          ")' text-anchor='middle'>" + ylabel + "</text>";
     a += "<text x='" + Fmt(L - 5) + "' y='" + Fmt(T + 5) + "' text-anchor='end' font-size='11'>" + Fmt(ymax * 1.05, 0) + "</text>";
@@ -534,7 +544,7 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
   // Latency percentiles against throughput.
   html += "<h2>Latency against throughput</h2><svg id='latency-plot' width='" + Fmt(W, 0) + "' height='" +
           Fmt(H, 0) + "' xmlns='http://www.w3.org/2000/svg'>";
-  html += axes("throughput (infer/s)", "latency (us)", max_lat);
+  html += axes("throughput (infer/s)", "latency (us)", max_lat, max_tp);
   const struct { const char* name; const char* color; double StepResult::*field; } series[] = {
       {"p50", "#1f77b4", &StepResult::p50_us}, {"p90", "#ff7f0e", &StepResult::p90_us},
       {"p99", "#d62728", &StepResult::p99_us}};
@@ -548,13 +558,13 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
               sr.color + "'><title>" + sr.name + " " + Fmt(s.*sr.field, 0) + " us at " + Fmt(s.throughput) +
               " infer/s</title></circle>";
     }
-    html += "<text x='" + Fmt(W - R - 60) + "' y='" + Fmt(T + 15 + 15 * legend++) + "' fill='" + sr.color + "'>" + sr.name + "</text>";
+    html += "<text x='" + Fmt(W - R + 15) + "' y='" + Fmt(T + 15 + 15 * legend++) + "' font-size='12' fill='" + sr.color + "'>" + sr.name + "</text>";
   }
   html += "</svg>";
   // Server-side breakdown, one stacked bar per step.
   html += "<h2>Server-side time per request</h2><svg id='breakdown-plot' width='" + Fmt(W, 0) + "' height='" +
           Fmt(H, 0) + "' xmlns='http://www.w3.org/2000/svg'>";
-  html += axes(request_rate_mode ? "request rate (req/s)" : "concurrency", "us per request", max_server);
+  html += axes(request_rate_mode ? "request rate (req/s)" : "concurrency", "us per request", max_server, 0);
   const double slot = (W - L - R) / std::max<size_t>(1, steps.size());
   const struct { const char* name; const char* color; double ServerBreakdown::*field; } parts[] = {
       {"queue", "#9467bd", &ServerBreakdown::queue_us},
@@ -576,7 +586,7 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
             std::to_string(steps[i].level) + "</text>";
   }
   for (size_t k = 0; k < 4; ++k) {
-    html += "<text x='" + Fmt(W - R - 110) + "' y='" + Fmt(T + 15 + 15 * k) + "' fill='" + parts[k].color + "'>" +
+    html += "<text x='" + Fmt(W - R + 15) + "' y='" + Fmt(T + 15 + 15 * k) + "' font-size='12' fill='" + parts[k].color + "'>" +
             parts[k].name + "</text>";
   }
   html += "</svg><h2>Numbers</h2><table><tr>";

@@ -94,6 +94,7 @@ struct StepResult {
   double throughput = 0;  // inferences/s (requests x batch)
   uint64_t requests = 0, failed = 0;
   double avg_us = 0, p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0;
+  double latency_us = 0;  // the reported latency: the average, or --percentile's value
   double send_us = 0, recv_us = 0;
   ServerBreakdown server;
   bool stable = true;
