@@ -491,7 +491,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
       for (auto t = std::chrono::steady_clock::now(); t < window_end; t = std::chrono::steady_clock::now()) {
         std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
             window_end - t, std::chrono::milliseconds(250)));
-        const double elapsed = (Now() - last) / 1e9;
+        const double elapsed = (NowNs() - last) / 1e9;
         std::fprintf(stderr, "\r\033[K%s %lld: window %lld/%lld  %.1f s  %zu requests  ~%.1f infer/s",
                      open_loop ? "request rate" : "concurrency", static_cast<long long>(level),
                      static_cast<long long>(trial + 1), static_cast<long long>(o.max_trials), elapsed,
