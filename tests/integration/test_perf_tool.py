@@ -3,6 +3,7 @@ the CSV checked against the server's own statistics, failures counted, clear err
 HTML report rendered in headless Chromium."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,14 @@ HEADER = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Sen
           "request/response", "response wait", "Failed"]
 
 
+IDENTITY_BYTES = """name: "identity_bytes"
+backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 3 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 3 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def perf_server(tmp_path_factory, example_models, logs_dir):
     if not PERF_BIN.exists():
@@ -28,8 +37,10 @@ def perf_server(tmp_path_factory, example_models, logs_dir):
     from conftest import copy_models, start_server
     repo = tmp_path_factory.mktemp("perf_repo")
     copy_models(example_models, ["simple", "identity_fp32"], repo)
+    (repo / "identity_bytes" / "1").mkdir(parents=True)
+    (repo / "identity_bytes" / "config.pbtxt").write_text(IDENTITY_BYTES)
     srv = start_server(repo, [], logs_dir)
-    for m in ("simple", "identity_fp32"):
+    for m in ("simple", "identity_fp32", "identity_bytes"):
         srv.wait_until(lambda: srv.get(f"/v2/models/{m}/ready").status_code == 200, 60, m)
     yield srv
     assert srv.stop() == 0, srv.log()
@@ -226,3 +237,30 @@ def test_malformed_input_data_names_the_input(perf_server, tmp_path):
     p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data, check=False)
     assert p.returncode == 2
     assert "no data for input 'INPUT1'" in p.stderr or "input 'INPUT0' has 3 values" in p.stderr, p.stderr
+@pytest.mark.parametrize("mode", ["http-binary", "http-json", "grpc"])
+@pytest.mark.parametrize("data", ["zero", "random"])
+def test_bytes_inputs(perf_server, mode, data):
+    # BYTES: zero sends empty strings, random short strings; batch 2 adds the batch dimension.
+    if mode == "grpc" and NO_GRPC:
+        pytest.skip("gRPC is off in this run")
+    port = perf_server.grpc_port if mode == "grpc" else perf_server.port
+    args = ["-m", "identity_bytes", "-b", "2", "--input-data", data, "-u", f"127.0.0.1:{port}",
+            "--measurement-interval", "300", "--max-trials", "3"]
+    args += {"http-binary": [], "http-json": ["--http-json"], "grpc": ["-i", "grpc"]}[mode]
+    p = run_perf(*args)
+    assert " 0 failed" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("form", ["flat", "content"])
+def test_input_data_json_file(perf_server, tmp_path, form):
+    values = list(range(16))
+    entry = {"INPUT0": values, "INPUT1": values} if form == "flat" else \
+        {"INPUT0": {"content": values, "shape": [16]}, "INPUT1": {"content": values, "shape": [16]}}
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [entry]}))
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data,
+                 "--measurement-interval", "300", "--max-trials", "3")
+    assert " 0 failed" in p.stdout, p.stdout + p.stderr
+    data.write_text(json.dumps({"data": [{"INPUT0": values}]}))
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data, check=False)
+    assert p.returncode == 2 and "--input-data: no data for input 'INPUT1'" in p.stderr

@@ -680,6 +680,11 @@ int Run(const Options& o) {
                 r.server.queue_us, r.server.compute_input_us, r.server.compute_infer_us,
                 r.server.compute_output_us);
     std::fflush(stdout);
+    if (open_loop && r.request_rate < 0.9 * static_cast<double>(level)) {
+      std::fprintf(stderr, "  warning: achieved %.1f of %lld req/s: the server, or the %lld sending "
+                   "connections (--max-threads), cannot keep up\n",
+                   r.request_rate, static_cast<long long>(level), static_cast<long long>(o.max_threads));
+    }
     steps.push_back(r);
   }
   if (!o.csv_file.empty()) {
