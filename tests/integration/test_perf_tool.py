@@ -3,6 +3,7 @@ the CSV checked against the server's own statistics, failures counted, clear err
 HTML report rendered in headless Chromium."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,14 @@ HEADER = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Sen
           "request/response", "response wait", "Failed"]
 
 
+IDENTITY_BYTES = """name: "identity_bytes"
+backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 3 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 3 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def perf_server(tmp_path_factory, example_models, logs_dir):
     if not PERF_BIN.exists():
@@ -28,8 +37,10 @@ def perf_server(tmp_path_factory, example_models, logs_dir):
     from conftest import copy_models, start_server
     repo = tmp_path_factory.mktemp("perf_repo")
     copy_models(example_models, ["simple", "identity_fp32"], repo)
+    (repo / "identity_bytes" / "1").mkdir(parents=True)
+    (repo / "identity_bytes" / "config.pbtxt").write_text(IDENTITY_BYTES)
     srv = start_server(repo, [], logs_dir)
-    for m in ("simple", "identity_fp32"):
+    for m in ("simple", "identity_fp32", "identity_bytes"):
         srv.wait_until(lambda: srv.get(f"/v2/models/{m}/ready").status_code == 200, 60, m)
     yield srv
     assert srv.stop() == 0, srv.log()
@@ -58,7 +69,7 @@ def test_concurrency_range_counts_agree_with_the_server(perf_server, tmp_path, m
     if mode == "grpc" and NO_GRPC:
         pytest.skip("gRPC is off in this run")
     out = tmp_path / "out.csv"
-    args = ["-m", "simple", "--concurrency-range", "1:2:1", "--measurement-interval", "400",
+    args = ["-m", "simple", "--concurrency-range", "1:2:1", "--measurement-interval", "500",
             "--max-trials", "4", "-f", out]
     if mode == "grpc":
         args += ["-i", "grpc", "-u", f"127.0.0.1:{perf_server.grpc_port}"]
@@ -99,6 +110,8 @@ def test_request_rate(perf_server, tmp_path, distribution):
     assert rows[0][0] == "200"
     achieved = float(rows[0][1])
     assert 160 <= achieved <= 240, (achieved, p.stdout)
+    assert int(rows[0][-1]) == 0
+    assert "Request rate: 200, throughput:" in p.stdout and "achieved" in p.stdout
 
 
 def test_unknown_model_is_a_clear_error(perf_server):
@@ -142,6 +155,34 @@ def test_failed_requests_are_counted_and_fail_the_run(perf_server, tmp_path):
     assert int(rows[0][-1]) > 0 and float(rows[0][1]) == 0
 
 
+def test_failed_requests_are_counted_over_grpc(perf_server, tmp_path):
+    # The same refusal over gRPC (INVALID_ARGUMENT). identity_fp32 would not do here: its
+    # INPUT0 is [-1], so any --shape is valid for it.
+    if NO_GRPC:
+        pytest.skip("gRPC is off in this run")
+    out = tmp_path / "fail.csv"
+    p = run_perf("-m", "simple", "-i", "grpc", "-u", f"127.0.0.1:{perf_server.grpc_port}",
+                 "--shape", "INPUT0:3", "--measurement-interval", "300", "--max-trials", "3",
+                 "-f", out, check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "failed requests; the first: gRPC 3:" in p.stderr and "INPUT0" in p.stderr
+    _, rows = read_csv(out)
+    assert int(rows[0][-1]) > 0 and float(rows[0][1]) == 0
+
+
+def test_percentile_is_what_the_step_reports(perf_server):
+    # --percentile 75 is neither p50/p90/p95/p99: the reported latency is its own figure.
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--percentile", "75",
+                 "--measurement-interval", "300", "--max-trials", "3")
+    assert "latency p75" in p.stdout
+    line = next(l for l in p.stdout.splitlines() if l.startswith("Concurrency: 1,"))
+    reported = float(line.split("latency ")[1].split(" usec")[0])
+    client = next(l for l in p.stdout.splitlines() if l.strip().startswith("Client:"))
+    p50 = float(client.split("p50 ")[1].split(",")[0])
+    p90 = float(client.split("p90 ")[1].split(",")[0])
+    assert p50 <= reported <= p90, p.stdout
+
+
 def test_html_report_renders_in_chromium(perf_server, tmp_path):
     report = tmp_path / "report.html"
     run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--concurrency-range", "1:3:2",
@@ -158,7 +199,7 @@ def test_html_report_renders_in_chromium(perf_server, tmp_path):
     latency = html.split('id="latency-plot"')[1].split("</svg>")[0]
     breakdown = html.split('id="breakdown-plot"')[1].split("</svg>")[0]
     assert latency.count("<circle") == 6  # 3 percentiles x 2 steps
-    assert breakdown.count("<rect") == 8  # 4 parts x 2 steps
+    assert breakdown.count("<rect") == 10  # 5 parts (queue, 3 compute, rest) x 2 steps
 
 
 @pytest.mark.parametrize("protocol", ["http", "http-json", "grpc"])
@@ -196,3 +237,30 @@ def test_malformed_input_data_names_the_input(perf_server, tmp_path):
     p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data, check=False)
     assert p.returncode == 2
     assert "no data for input 'INPUT1'" in p.stderr or "input 'INPUT0' has 3 values" in p.stderr, p.stderr
+@pytest.mark.parametrize("mode", ["http-binary", "http-json", "grpc"])
+@pytest.mark.parametrize("data", ["zero", "random"])
+def test_bytes_inputs(perf_server, mode, data):
+    # BYTES: zero sends empty strings, random short strings; batch 2 adds the batch dimension.
+    if mode == "grpc" and NO_GRPC:
+        pytest.skip("gRPC is off in this run")
+    port = perf_server.grpc_port if mode == "grpc" else perf_server.port
+    args = ["-m", "identity_bytes", "-b", "2", "--input-data", data, "-u", f"127.0.0.1:{port}",
+            "--measurement-interval", "300", "--max-trials", "3"]
+    args += {"http-binary": [], "http-json": ["--http-json"], "grpc": ["-i", "grpc"]}[mode]
+    p = run_perf(*args)
+    assert " 0 failed" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("form", ["flat", "content"])
+def test_input_data_json_file(perf_server, tmp_path, form):
+    values = list(range(16))
+    entry = {"INPUT0": values, "INPUT1": values} if form == "flat" else \
+        {"INPUT0": {"content": values, "shape": [16]}, "INPUT1": {"content": values, "shape": [16]}}
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [entry]}))
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data,
+                 "--measurement-interval", "300", "--max-trials", "3")
+    assert " 0 failed" in p.stdout, p.stdout + p.stderr
+    data.write_text(json.dumps({"data": [{"INPUT0": values}]}))
+    p = run_perf("-m", "simple", "-u", f"127.0.0.1:{perf_server.port}", "--input-data", data, check=False)
+    assert p.returncode == 2 and "--input-data: no data for input 'INPUT1'" in p.stderr

@@ -170,6 +170,19 @@ TEST(PerfReportTest, CsvAndHtml) {
   EXPECT_THAT(html, HasSubstr("<circle"));
   EXPECT_THAT(html, HasSubstr("<rect class='compute infer'"));
   EXPECT_THAT(html, HasSubstr("t &lt;1&gt;"));
+  // Per step: a circle per percentile (p50, p90, p99) and the five stacked parts, the last
+  // being the client's average latency beyond the server's parts (100 - 65 us).
+  const std::string latency = html.substr(html.find("id='latency-plot'"));
+  const std::string breakdown = html.substr(html.find("id='breakdown-plot'"));
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(latency.substr(0, latency.find("</svg>")), "<circle"), 6u);
+  EXPECT_EQ(count(breakdown.substr(0, breakdown.find("</svg>")), "<rect"), 10u);
+  EXPECT_THAT(breakdown, HasSubstr("<rect class='rest'"));
+  EXPECT_THAT(breakdown, HasSubstr("<title>rest 35.0 us</title>"));
 }
 
 }  // namespace

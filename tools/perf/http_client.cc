@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 
 namespace inferd::perf {
 namespace {
+
+constexpr int kIoTimeoutSeconds = 60;
 
 bool HeaderIs(std::string_view line, std::string_view name, std::string_view* value) {
   if (line.size() <= name.size() || line[name.size()] != ':') return false;
@@ -70,6 +73,10 @@ absl::Status HttpClient::Connect() {
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // A stalled server fails the request instead of hanging the run.
+      timeval timeout{kIoTimeoutSeconds, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
       fd_ = fd;
       break;
     }
@@ -133,6 +140,9 @@ absl::StatusOr<HttpResponse> HttpClient::RequestOnce(const std::string& head, co
     for (;;) {
       ssize_t r = ::read(fd_, tmp, sizeof(tmp));
       if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return absl::DeadlineExceededError("no answer within " + std::to_string(kIoTimeoutSeconds) + " s");
+      }
       if (r < 0) return absl::UnavailableError(std::string("read failed: ") + std::strerror(errno));
       if (r == 0) return absl::AbortedError("the server closed the connection");
       if (first_byte == 0) first_byte = NowNs();

@@ -26,6 +26,15 @@
 namespace inferd::perf {
 namespace {
 
+// A request that takes longer than this counts as failed instead of hanging the run.
+constexpr int kRequestTimeoutSeconds = 60;
+
+std::string Fmt1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
 struct Outcome {
   bool ok = false;
   uint64_t send_ns = 0, recv_ns = 0;
@@ -273,6 +282,7 @@ class GrpcProtocol : public Protocol {
     creq.set_version(options_.version);
     inference::ModelConfigResponse cfg;
     grpc::ClientContext ctx2;
+    ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     st = stub_->ModelConfig(&ctx2, creq, &cfg);
     if (!st.ok()) return absl::NotFoundError("model '" + options_.model + "': ModelConfig failed: " + st.error_message());
     *max_batch_size = cfg.config().max_batch_size();
@@ -301,6 +311,7 @@ class GrpcProtocol : public Protocol {
       Outcome Send() override {
         Outcome o;
         grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(kRequestTimeoutSeconds));
         inference::ModelInferResponse resp;
         grpc::Status st = stub->ModelInfer(&ctx, p->request_, &resp);
         o.ok = st.ok();
@@ -319,6 +330,7 @@ class GrpcProtocol : public Protocol {
     req.set_version(options_.version);
     inference::ModelStatisticsResponse resp;
     grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     grpc::Status st = stub_->ModelStatistics(&ctx, req, &resp);
     if (!st.ok()) return absl::UnavailableError("ModelStatistics failed: " + st.error_message());
     Counters c;
@@ -383,7 +395,7 @@ struct Window {
   bool have_stats = false;
 };
 
-StepResult Summarize(int64_t level, int64_t batch, const std::vector<Window>& windows, int percentile) {
+StepResult Summarize(int64_t level, int64_t batch, const std::vector<Window>& windows, int64_t percentile) {
   StepResult r;
   r.level = level;
   double seconds = 0;
@@ -415,6 +427,7 @@ StepResult Summarize(int64_t level, int64_t batch, const std::vector<Window>& wi
   }
   std::sort(lat.begin(), lat.end());
   r.throughput = seconds > 0 ? static_cast<double>(r.requests * batch) / seconds : 0;
+  r.request_rate = seconds > 0 ? static_cast<double>(r.requests + r.failed) / seconds : 0;
   if (!lat.empty()) {
     double sum = 0;
     for (auto v : lat) sum += v;
@@ -479,7 +492,14 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   std::vector<WindowFigures> figures;
   bool stable = false;
   const bool tty = isatty(STDERR_FILENO);
-  recorder.Take();  // drop what started before the first window
+  // Failures are counted over the whole step, also outside the reported windows: a failure is
+  // never dropped. Latency and throughput come from the last three windows only.
+  uint64_t failed_all = 0;
+  auto count_failed = [](const std::vector<Record>& records) {
+    return static_cast<uint64_t>(
+        std::count_if(records.begin(), records.end(), [](const Record& r) { return !r.ok; }));
+  };
+  failed_all += count_failed(recorder.Take());  // before the first window: not timed
   uint64_t last = NowNs();
   for (int64_t trial = 0; trial < o.max_trials && !stable; ++trial) {
     Window w;
@@ -513,6 +533,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
     }
     StepResult one = Summarize(level, o.batch, {w}, o.percentile);
     const double latency = one.latency_us;
+    failed_all += one.failed;
     figures.push_back({one.throughput, latency});
     windows.push_back(std::move(w));
     stable = IsStable(figures, o.stability_percentage);
@@ -527,10 +548,12 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   if (tty) std::fprintf(stderr, "\n");
   stop = true;
   for (auto& t : threads) t.join();
+  failed_all += count_failed(recorder.Take());  // in flight when the last window closed
   const size_t keep = std::min<size_t>(3, windows.size());
   std::vector<Window> last_windows(std::make_move_iterator(windows.end() - keep),
                                    std::make_move_iterator(windows.end()));
   StepResult r = Summarize(level, o.batch, last_windows, o.percentile);
+  r.failed = failed_all;
   r.stable = stable;
   r.trials = static_cast<int>(windows.size());
   if (r.failed > 0) {
@@ -636,9 +659,10 @@ int Run(const Options& o) {
     StepResult r = RunStep(*protocol, o, level, open_loop);
     ok_total += r.requests;
     failed_total += r.failed;
-    std::printf("%s: %lld, throughput: %.1f infer/sec, latency %.0f usec%s\n",
+    std::printf("%s: %lld, throughput: %.1f infer/sec, latency %.0f usec%s%s\n",
                 open_loop ? "Request rate" : "Concurrency", static_cast<long long>(level),
                 r.throughput, r.latency_us,
+                open_loop ? (", achieved " + Fmt1(r.request_rate) + " req/s").c_str() : "",
                 r.stable ? "" : " (unstable)");
     // gRPC's synchronous stub writes and reads inside one call: no send/recv split there.
     char send_recv[96];
@@ -656,6 +680,11 @@ int Run(const Options& o) {
                 r.server.queue_us, r.server.compute_input_us, r.server.compute_infer_us,
                 r.server.compute_output_us);
     std::fflush(stdout);
+    if (open_loop && r.request_rate < 0.9 * static_cast<double>(level)) {
+      std::fprintf(stderr, "  warning: achieved %.1f of %lld req/s: the server, or the %lld sending "
+                   "connections (--max-threads), cannot keep up\n",
+                   r.request_rate, static_cast<long long>(level), static_cast<long long>(o.max_threads));
+    }
     steps.push_back(r);
   }
   if (!o.csv_file.empty()) {

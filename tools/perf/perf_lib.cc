@@ -41,6 +41,10 @@ std::string Fmt(double v, int decimals = 1) {
   return buf;
 }
 
+double ServerTotal(const ServerBreakdown& s) {
+  return s.queue_us + s.compute_input_us + s.compute_infer_us + s.compute_output_us;
+}
+
 std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -496,7 +500,7 @@ std::string CsvHeader(bool request_rate_mode) {
 
 std::string CsvRow(const StepResult& r) {
   const ServerBreakdown& s = r.server;
-  const double server = s.queue_us + s.compute_input_us + s.compute_infer_us + s.compute_output_us;
+  const double server = ServerTotal(s);
   const double wait = std::max(0.0, r.avg_us - r.send_us - r.recv_us);
   const double network = std::max(0.0, wait - server);
   auto us = [](double v) { return std::to_string(static_cast<int64_t>(std::llround(v))); };
@@ -513,12 +517,11 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
                        const std::vector<StepResult>& steps) {
   // The legend sits right of the plot area (R wide), so it never covers a point or a bar.
   constexpr double W = 760, H = 360, L = 70, R = 140, T = 20, B = 50;
-  double max_tp = 1, max_lat = 1, max_server = 1;
+  double max_tp = 1, max_lat = 1, max_bar = 1;
   for (const auto& s : steps) {
     max_tp = std::max(max_tp, s.throughput);
     max_lat = std::max(max_lat, s.p99_us);
-    max_server = std::max(max_server, s.server.queue_us + s.server.compute_input_us +
-                                          s.server.compute_infer_us + s.server.compute_output_us);
+    max_bar = std::max({max_bar, s.avg_us, ServerTotal(s.server)});
   }
   auto x = [&](double tp) { return L + (W - L - R) * tp / (max_tp * 1.05); };
   auto y = [&](double v, double max) { return H - B - (H - T - B) * v / (max * 1.05); };
@@ -562,21 +565,25 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
   }
   html += "</svg>";
   // Server-side breakdown, one stacked bar per step.
-  html += "<h2>Server-side time per request</h2><svg id='breakdown-plot' width='" + Fmt(W, 0) + "' height='" +
+  html += "<h2>Where the average request's time goes</h2><svg id='breakdown-plot' width='" + Fmt(W, 0) + "' height='" +
           Fmt(H, 0) + "' xmlns='http://www.w3.org/2000/svg'>";
-  html += axes(request_rate_mode ? "request rate (req/s)" : "concurrency", "us per request", max_server, 0);
+  html += axes(request_rate_mode ? "request rate (req/s)" : "concurrency", "us per request (average)", max_bar, 0);
   const double slot = (W - L - R) / std::max<size_t>(1, steps.size());
-  const struct { const char* name; const char* color; double ServerBreakdown::*field; } parts[] = {
-      {"queue", "#9467bd", &ServerBreakdown::queue_us},
-      {"compute input", "#2ca02c", &ServerBreakdown::compute_input_us},
-      {"compute infer", "#1f77b4", &ServerBreakdown::compute_infer_us},
-      {"compute output", "#ff7f0e", &ServerBreakdown::compute_output_us}};
+  const struct { const char* name; const char* color; double (*value)(const StepResult&); } parts[] = {
+      {"queue", "#9467bd", [](const StepResult& s) { return s.server.queue_us; }},
+      {"compute input", "#2ca02c", [](const StepResult& s) { return s.server.compute_input_us; }},
+      {"compute infer", "#1f77b4", [](const StepResult& s) { return s.server.compute_infer_us; }},
+      {"compute output", "#ff7f0e", [](const StepResult& s) { return s.server.compute_output_us; }},
+      // The client's average latency beyond the server's parts: network, protocol handling
+      // in the server's frontend and in this client.
+      {"rest", "#aaaaaa", [](const StepResult& s) { return std::max(0.0, s.avg_us - ServerTotal(s.server)); }}};
+  constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
   for (size_t i = 0; i < steps.size(); ++i) {
     double base = 0;
     const double bx = L + slot * i + slot * 0.2;
     for (const auto& p : parts) {
-      const double v = steps[i].server.*p.field;
-      const double top = y(base + v, max_server), bottom = y(base, max_server);
+      const double v = p.value(steps[i]);
+      const double top = y(base + v, max_bar), bottom = y(base, max_bar);
       html += "<rect class='" + std::string(p.name) + "' x='" + Fmt(bx) + "' y='" + Fmt(top) + "' width='" +
               Fmt(slot * 0.6) + "' height='" + Fmt(std::max(0.0, bottom - top)) + "' fill='" + p.color +
               "'><title>" + p.name + " " + Fmt(v) + " us</title></rect>";
@@ -585,7 +592,7 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
     html += "<text x='" + Fmt(bx + slot * 0.3) + "' y='" + Fmt(H - B + 15) + "' text-anchor='middle' font-size='11'>" +
             std::to_string(steps[i].level) + "</text>";
   }
-  for (size_t k = 0; k < 4; ++k) {
+  for (size_t k = 0; k < kParts; ++k) {
     html += "<text x='" + Fmt(W - R + 15) + "' y='" + Fmt(T + 15 + 15 * k) + "' font-size='12' fill='" + parts[k].color + "'>" +
             parts[k].name + "</text>";
   }
@@ -600,7 +607,8 @@ std::string HtmlReport(const std::string& title, bool request_rate_mode,
     html += "</tr>";
   }
   html += "</table><p>Times in microseconds. Server-side figures come from the statistics "
-          "extension over each step's measurement windows.</p></body></html>\n";
+          "extension over each step's measurement windows; 'rest' is the client's average latency "
+          "beyond them (network, protocol handling, client).</p></body></html>\n";
   return html;
 }
 

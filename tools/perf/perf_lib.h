@@ -92,7 +92,9 @@ struct ServerBreakdown {
 struct StepResult {
   int64_t level = 0;  // concurrency, or requests/s in open-loop mode
   double throughput = 0;  // inferences/s (requests x batch)
-  uint64_t requests = 0, failed = 0;
+  double request_rate = 0;  // requests completed per second, failed ones included (open loop: the achieved rate)
+  uint64_t requests = 0;  // succeeded inside the reported (last three) windows
+  uint64_t failed = 0;    // failed at any time during the step, every window included
   double avg_us = 0, p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0;
   double latency_us = 0;  // the reported latency: the average, or --percentile's value
   double send_us = 0, recv_us = 0;
@@ -117,7 +119,9 @@ std::string CsvHeader(bool request_rate_mode);
 std::string CsvRow(const StepResult& r);
 
 // A self-contained HTML page: latency percentiles against throughput (svg#latency-plot) and
-// the server-side breakdown as stacked bars (svg#breakdown-plot), with the numbers as a table.
+// the average request's time as stacked bars (svg#breakdown-plot: the server's queue, compute
+// input, compute infer, compute output, then the rest of the client's average latency:
+// network, HTTP/gRPC handling, client), with the numbers as a table.
 std::string HtmlReport(const std::string& title, bool request_rate_mode,
                        const std::vector<StepResult>& steps);
 
