@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Churn soak: mixed traffic for a while (default 10 minutes) while models are loaded and
-unloaded every couple of seconds in explicit mode.
+unloaded every couple of seconds, in explicit mode and through the SageMaker multi-model API.
 
 Clients: HTTP binary and JSON inference on a model that stays loaded (answers checked against
 numpy), gRPC inference on it, inference on the model being churned (200 with a correct answer,
 or 404/503 while it is unloaded: nothing else), and metadata / statistics / repository-index
-readers. The server's RSS and open descriptors are sampled every second.
+readers; on the SageMaker port, a model loaded (POST /models) and deleted in turn while a client
+invokes it (200 with a correct answer, or 404/503 while it is not loaded). The server's RSS and
+open descriptors are sampled every second.
 
 Pass: 0 unexpected failures, RSS growth after warm-up < 5%, no descriptor growth.
 Prints a summary; the last line is `soak: PASS ...` or `soak: FAIL ...` (exit status 1).
@@ -93,13 +95,18 @@ def main():
     (repo / "churn" / "config.pbtxt").write_text(
         (repo / "churn" / "config.pbtxt").read_text().replace("onnx_identity_fp32", "churn"))
 
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    mme_src = work / "mme_src"
+    shutil.copytree(models / "onnx_identity_fp32", mme_src / "identity")
+    http_port, grpc_port, metrics_port, sm_port = free_port(), free_port(), free_port(), free_port()
     log = open(work / "server.log", "w")
     proc = subprocess.Popen([args.binary, f"--model-repository={repo}", "--model-control-mode=explicit",
                              "--load-model=simple", "--load-model=churn", f"--http-port={http_port}",
-                             f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"],
+                             f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+                             "--allow-sagemaker=true", f"--sagemaker-port={sm_port}",
+                             f"--sagemaker-model-cache-dir={work / 'sm_cache'}"],
                             stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{http_port}"
+    sm_base = f"http://127.0.0.1:{sm_port}"
     for _ in range(300):
         try:
             if requests.get(base + "/v2/health/ready", timeout=1).status_code == 200:
@@ -166,6 +173,41 @@ def main():
             except requests.RequestException as e:
                 counters.add("churn-" + action, "fail", repr(e))
 
+    def mme_churner():
+        s = requests.Session()
+        loaded = False
+        while not stop.wait(args.churn_every):
+            try:
+                if loaded:
+                    r = s.delete(f"{sm_base}/models/mme_churn", timeout=60)
+                    kind = "mme-delete"
+                else:
+                    r = s.post(f"{sm_base}/models", json={"model_name": "mme_churn",
+                                                          "url": str(mme_src / "identity")}, timeout=60)
+                    kind = "mme-load"
+                counters.add(kind, "ok" if r.status_code == 200 else "fail", f"HTTP {r.status_code} {r.text[:200]}")
+                loaded = not loaded
+            except requests.RequestException as e:
+                counters.add("mme-churn", "fail", repr(e))
+
+    def mme_invoke():
+        s = requests.Session()
+        x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)
+        while not stop.is_set():
+            body, headers = build_request([make_input("INPUT0", x, "FP32")])
+            try:
+                r = s.post(f"{sm_base}/models/mme_churn/invoke", data=body, headers=headers, timeout=30)
+                if r.status_code == 200:
+                    ok = np.allclose(parse_response(r)[1]["OUTPUT0"], x)
+                    counters.add("mme-invoke", "ok" if ok else "fail", "wrong answer")
+                elif r.status_code in (404, 503):
+                    counters.add("mme-invoke", "expected")
+                else:
+                    counters.add("mme-invoke", "fail", f"HTTP {r.status_code} {r.text[:200]}")
+            except requests.RequestException as e:
+                counters.add("mme-invoke", "fail", repr(e))
+            time.sleep(0.002)
+
     def readers():
         s = requests.Session()
         paths = [("get", "/v2/models/simple"), ("get", "/v2/models/simple/config"),
@@ -216,7 +258,8 @@ def main():
     threads = [threading.Thread(target=http_simple, args=(True,)),
                threading.Thread(target=http_simple, args=(False,)),
                threading.Thread(target=http_churn), threading.Thread(target=churner),
-               threading.Thread(target=readers), threading.Thread(target=grpc_client)]
+               threading.Thread(target=readers), threading.Thread(target=grpc_client),
+               threading.Thread(target=mme_churner), threading.Thread(target=mme_invoke)]
     for t in threads:
         t.start()
 
