@@ -40,7 +40,8 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   # A fixed seed makes a run reproducible: a crash found here is found again by the same command.
   for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz image_decode_fuzz archive_fuzz sagemaker_content_type_fuzz; do
     corpus="$(mktemp -d)"
-    cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true
+    cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true  # regression inputs
+    /usr/bin/python3 "$ROOT/fuzz/make_seeds.py" "$f" "$corpus"   # generated images, archives
     log="$(mktemp)"
     if ! "$ASAN_DIR/fuzz/$f" -seed=1 -artifact_prefix="$ASAN_DIR/" -max_total_time="${FUZZ_SECONDS:-20}" -max_len=65536 \
         "$corpus" >"$log" 2>&1; then

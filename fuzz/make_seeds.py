@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Writes the generated seed inputs of the fuzzers that take images and archives, so no image
+or archive is kept in git: `make_seeds.py <fuzzer> <dir>`. Regression inputs found by fuzzing
+stay in fuzz/corpus/<fuzzer>/ (scripts/test.sh copies both)."""
+
+import io
+import struct
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+def pattern(w, h, channels=3):
+    y, x = np.mgrid[0:h, 0:w]
+    chans = [(x * 37 + y * 11 + 50 * c) % 256 for c in range(channels)]
+    return np.stack(chans, -1).astype(np.uint8)
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def interlaced_rgba_png(w, h):
+    """An Adam7-interlaced RGBA PNG (PIL does not write interlaced PNGs)."""
+    px = pattern(w, h, 4)
+    raw = b""
+    for x0, y0, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4),
+                           (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]:
+        sub = px[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        for row in sub:
+            raw += b"\x00" + row.tobytes()
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 1)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) +
+            png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b""))
+
+
+def image_seeds():
+    def save(img, fmt, **kw):
+        buf = io.BytesIO()
+        img.save(buf, format=fmt, **kw)
+        return buf.getvalue()
+    rgb = Image.fromarray(pattern(16, 12))
+    return {
+        "rgb.jpg": save(rgb, "JPEG", quality=80),
+        "gray_progressive.jpg": save(rgb.convert("L"), "JPEG", progressive=True),
+        "rgb.png": save(rgb, "PNG"),
+        "palette.png": save(rgb.convert("P"), "PNG"),
+        "rgba_interlaced.png": interlaced_rgba_png(9, 7),
+    }
+
+
+def archive_seeds():
+    def tar(members, mode="w:gz"):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode=mode) as t:
+            for name, kind, arg in members:
+                info = tarfile.TarInfo(name)
+                if kind == "dir":
+                    info.type = tarfile.DIRTYPE
+                    t.addfile(info)
+                elif kind == "sym":
+                    info.type, info.linkname = tarfile.SYMTYPE, arg
+                    t.addfile(info)
+                elif kind == "hard":
+                    info.type, info.linkname = tarfile.LNKTYPE, arg
+                    t.addfile(info)
+                else:
+                    info.size = len(arg)
+                    t.addfile(info, io.BytesIO(arg))
+        return buf.getvalue()
+    return {
+        "model.tar.gz": tar([("m", "dir", None), ("m/config.pbtxt", "file", b'platform: "onnxruntime_onnx"\n'),
+                             ("m/1", "dir", None), ("m/1/model.onnx", "file", b"\x08\x07" * 50)]),
+        "links.tar.gz": tar([("m/a.txt", "file", b"x"), ("m/in", "sym", "a.txt"),
+                             ("m/hard", "hard", "m/a.txt")]),
+        "escape.tar.gz": tar([("../evil", "file", b"x"), ("m/out", "sym", "/etc/passwd")]),
+        "plain.tar": tar([("m/f", "file", b"hello")], mode="w"),
+    }
+
+
+def sagemaker_seeds():
+    prefix = b"application/vnd.sagemaker-triton.binary+json;json-header-size="
+    cases = [(100, prefix + b"42"), (10, prefix + b"11"), (5, b"application/json"),
+             (64, prefix + b"7; charset=x")]
+    return {f"seed{i}": struct.pack("<Q", n) + ct for i, (n, ct) in enumerate(cases)}
+
+
+SEEDS = {"image_decode_fuzz": image_seeds, "archive_fuzz": archive_seeds,
+         "sagemaker_content_type_fuzz": sagemaker_seeds}
+
+if __name__ == "__main__":
+    fuzzer, out = sys.argv[1], Path(sys.argv[2])
+    if fuzzer in SEEDS:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in SEEDS[fuzzer]().items():
+            (out / name).write_bytes(data)
