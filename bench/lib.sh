@@ -16,6 +16,14 @@ wait_http() {  # url
   echo "server at $1 did not come up" >&2; return 1
 }
 
+# The allocator inferd runs with (tcmalloc when the build links it), preloaded into the
+# in-process references so both sides allocate alike: `env $(ref_env) ort_inprocess ...`.
+ref_env() {
+  local lib
+  lib=$(ldd "$BUILD/inferd" | awk '/libtcmalloc/ {print $3}')
+  if [[ -n "$lib" ]]; then echo "LD_PRELOAD=$lib"; else echo "INFERD_REF_ALLOCATOR=glibc"; fi
+}
+
 # wrk_rps <connections> <duration> <lua> <url> -> requests/s
 wrk_rps() {
   local t=2; [[ "$1" -lt 2 ]] && t=1

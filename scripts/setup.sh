@@ -21,6 +21,7 @@ APT_PACKAGES=(
   wrk clang libclang-rt-14-dev
   chromium
   libjpeg62-turbo-dev libpng-dev python3-pil
+  libgoogle-perftools-dev
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #include "backends/onnxruntime/onnxruntime_backend.h"
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -138,8 +139,7 @@ class OrtInstance : public ModelInstance {
     const size_t n = requests.size();
     std::vector<Ort::Value> inputs;
     std::vector<const char*> input_names;
-    std::vector<std::string> batch_buffers;  // only when several requests form one batch
-    batch_buffers.reserve(config_->input_size());
+    size_t next_buffer = 0;  // batch_buffers_ used so far by this batch
     int64_t total_batch = 0;
     for (auto* r : requests) total_batch += r->batch_size;
 
@@ -172,10 +172,23 @@ class OrtInstance : public ModelInstance {
         data = const_cast<char*>(first->data.data());
         bytes = first->data.size();
       } else {
-        std::string& buf = batch_buffers.emplace_back();
-        for (auto* r : requests) buf.append(r->FindInput(in_cfg.name())->data);
-        data = buf.data();
-        bytes = buf.size();
+        // One copy of each request's bytes into this instance's buffer, sized once and kept
+        // across batches: no regrowth, and no fresh pages to fault in on every batch.
+        bytes = 0;
+        for (auto* r : requests) bytes += r->FindInput(in_cfg.name())->data.size();
+        if (next_buffer == batch_buffers_.size()) batch_buffers_.emplace_back();
+        BatchBuffer& buf = batch_buffers_[next_buffer++];
+        if (buf.capacity < bytes) {
+          buf.data = std::make_unique_for_overwrite<char[]>(bytes);
+          buf.capacity = bytes;
+        }
+        data = buf.data.get();
+        size_t offset = 0;
+        for (auto* r : requests) {
+          const std::string_view piece = r->FindInput(in_cfg.name())->data;
+          if (!piece.empty()) std::memcpy(data + offset, piece.data(), piece.size());
+          offset += piece.size();
+        }
       }
       inputs.push_back(Ort::Value::CreateTensor(memory_info_, data, bytes, shape.data(),
                                                 shape.size(), ToOrt(first->datatype)));
@@ -280,6 +293,14 @@ class OrtInstance : public ModelInstance {
   Ort::MemoryInfo memory_info_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
   Ort::AllocatorWithDefaultOptions allocator_;
   std::vector<std::string> output_names_;
+  // Batch input buffers, one per input, reused by every batch of this instance (Execute runs
+  // on one thread at a time, and ONNX Runtime does not keep inputs past Run). They grow to the
+  // largest batch seen, at most max_batch_size requests' worth.
+  struct BatchBuffer {
+    std::unique_ptr<char[]> data;
+    size_t capacity = 0;
+  };
+  std::vector<BatchBuffer> batch_buffers_;
 };
 
 // Triton's rules for a tensor from the model file into the config.
