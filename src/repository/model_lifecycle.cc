@@ -4,6 +4,7 @@
 
 #include "common/strings.h"
 #include "common/logging.h"
+#include "common/memory.h"
 #include "common/status_macros.h"
 #include "repository/ensemble_validation.h"
 #include "repository/repository_scan.h"
@@ -377,6 +378,7 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
     it->second.reason.clear();
   }
   retired.clear();  // waits for requests in flight
+  ReleaseFreeMemory();
   LOG_INFO << "unloaded model '" << name << "'";
   return absl::OkStatus();
 }
@@ -417,6 +419,7 @@ void ModelLifecycle::Poll() {
       entries_.erase(it);
     }
     retired.clear();
+    ReleaseFreeMemory();
     LOG_INFO << "poll: model '" << name << "' left the repository; unloaded";
   }
   std::set<std::string> pass;
