@@ -59,7 +59,7 @@ for r in $(seq 1 "$ROUNDS"); do
   tar xzf "$W/hand/big.tar.gz" -C "$W/hand"
   t1=$(now_ms)
   fetch_ms=$((t1 - t0))
-  session=$("$BUILD/ort_inprocess" "$W/hand/big/1/model.onnx" X 1 1 "$N" | awk '/session_ms/ {print $2}')
+  session=$(env $(ref_env) "$BUILD/ort_inprocess" "$W/hand/big/1/model.onnx" X 1 1 "$N" | awk '/session_ms/ {print $2}')
   hand=$(awk -v a="$fetch_ms" -v b="$session" 'BEGIN{printf "%.1f", a+b}')
 
   rm -rf "$W/cache/s3"

@@ -17,7 +17,7 @@ wait_http "http://127.0.0.1:$P/v2/health/ready"
 export INPUT_NAME=input DATATYPE=FP32 SHAPE=1,3,224,224 BYTES=602112
 ratios=()
 for r in $(seq 1 "$ROUNDS"); do
-  ref=$("$BUILD/ort_inprocess" "$MODEL" input "$ITER" 1 3 224 224 | awk '/p50_ms/ {print $2}')
+  ref=$(env $(ref_env) "$BUILD/ort_inprocess" "$MODEL" input "$ITER" 1 3 224 224 | awk '/p50_ms/ {print $2}')
   got=$(wrk_p50_ms 1 "$DURATION" "$ROOT/bench/binary_request.lua" "http://127.0.0.1:$P/v2/models/resnet50/infer")
   ratio=$(awk -v a="$got" -v b="$ref" 'BEGIN{printf "%.3f", a/b}')
   echo "round $r: ONNX Runtime in-process p50 ${ref} ms, inferd p50 ${got} ms, ratio ${ratio}"

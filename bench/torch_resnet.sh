@@ -51,7 +51,7 @@ for r in $(seq 1 "$ROUNDS"); do
   lat+=("$l"); tp+=("$t")
 done
 stats=$(curl -s "http://127.0.0.1:$P/v2/models/torch_resnet50/stats")
-/usr/bin/python3 -c 'import json,sys; s=json.loads(sys.argv[1])["model_stats"][0]; print("inferd average batch %.2f" % (s["inference_count"]/max(1,s["execution_count"])))' "$stats"
+/usr/bin/python3 -c 'import json,sys; s=json.loads(sys.argv[1])["model_stats"][0]; print("inferd average batch %.2f (every request, the c=1 runs included)" % (s["inference_count"]/max(1,s["execution_count"])))' "$stats"
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 echo "torch latency ratio (median, goal <= 1.03): $(med "${lat[@]}")"
 echo "torch throughput ratio (median, goal >= 0.97): $(med "${tp[@]}")"
