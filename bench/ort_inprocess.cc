@@ -15,11 +15,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "onnxruntime_cxx_api.h"
 #include "onnxruntime_session_options_config_keys.h"
+#include "session_runs.h"
 
 int main(int argc, char** argv) {
   if (argc < 5) {
@@ -62,40 +62,15 @@ int main(int argc, char** argv) {
   const char* out_names[] = {out_name.c_str()};
   Ort::MemoryInfo mem = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
   std::memcpy(data, input.data(), count * sizeof(float));
-  std::vector<std::vector<double>> per(sessions);
-  std::vector<std::thread> runners;
-  const auto wall0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < sessions; ++s) {
-    runners.emplace_back([&, s] {
-      // Session 0 uses `data` (aligned or MISALIGN-shifted); the others their own copy.
-      std::vector<float> own;
-      float* in_data = data;
-      if (s > 0) { own = input; in_data = own.data(); }
-      for (int i = 0; i < iterations + 3; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        Ort::Value in = Ort::Value::CreateTensor<float>(mem, in_data, input.size(), shape.data(),
-                                                        shape.size());
-        auto out = all[s]->Run(Ort::RunOptions{nullptr}, in_names, &in, 1, out_names, 1);
-        auto t1 = std::chrono::steady_clock::now();
-        if (i >= 3) per[s].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
-    });
-  }
-  for (auto& t : runners) t.join();
-  const double wall_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
-  std::vector<double> ms;
-  for (auto& v : per) ms.insert(ms.end(), v.begin(), v.end());
-  double total_ms = 0;
-  for (double m : ms) total_ms += m;
-  // One session: items over the time spent in Run (as before). Several: items over wall time,
-  // which includes the warm-up runs of the slower sessions, so it slightly understates.
-  const double items_per_s = sessions == 1
-      ? shape[0] * ms.size() * 1000.0 / total_ms
-      : shape[0] * double(sessions) * (iterations + 3) * 1000.0 / wall_ms;
-  std::sort(ms.begin(), ms.end());
-  auto pct = [&](double p) { return ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };
-  std::printf("p50_ms %.3f\np90_ms %.3f\np99_ms %.3f\nitems_per_s %.3f\nsession_ms %.3f\n",
-              pct(0.5), pct(0.9), pct(0.99), items_per_s, session_ms);
+  // Session 0 reads `data` (aligned or MISALIGN-shifted); the others their own copy.
+  std::vector<std::vector<float>> copies(sessions);
+  for (int s = 1; s < sessions; ++s) copies[s] = input;
+  inferd::bench::RunSessions(sessions, iterations, shape[0], [&](int s) {
+    float* in_data = s == 0 ? data : copies[s].data();
+    Ort::Value in = Ort::Value::CreateTensor<float>(mem, in_data, input.size(), shape.data(),
+                                                    shape.size());
+    auto out = all[s]->Run(Ort::RunOptions{nullptr}, in_names, &in, 1, out_names, 1);
+  });
+  std::printf("session_ms %.3f\n", session_ms);
   return 0;
 }
