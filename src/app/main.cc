@@ -82,18 +82,6 @@ int main(int argc, char** argv) {
   }
 
   http::KServeHttpService kserve(&server, flags->http_restrictions);
-  std::unique_ptr<http::HttpServer> http;
-  if (flags->allow_http) {
-    http = std::make_unique<http::HttpServer>(flags->http, kserve.AsHandler());
-    if (absl::Status st = http->Start(); !st.ok()) {
-      LOG_ERROR << st.message();
-      server.Shutdown();
-      return 1;
-    }
-    LOG_INFO << "started HTTP service on " << flags->http.address << ":" << http->port()
-             << " (" << flags->http.threads << " event loops)";
-  }
-
   std::unique_ptr<grpcfe::GrpcFrontend> grpc;
   if (flags->allow_grpc) {
     grpc = std::make_unique<grpcfe::GrpcFrontend>(&server, flags->grpc);
@@ -148,6 +136,20 @@ int main(int argc, char** argv) {
     }
     LOG_INFO << "started Metrics Service on " << flags->metrics_http.address << ":"
              << metrics_http->port();
+  }
+
+  // The KServe HTTP port opens last: once GET /v2/health/live answers, the gRPC, SageMaker
+  // and metrics ports are already accepting.
+  std::unique_ptr<http::HttpServer> http;
+  if (flags->allow_http) {
+    http = std::make_unique<http::HttpServer>(flags->http, kserve.AsHandler());
+    if (absl::Status st = http->Start(); !st.ok()) {
+      LOG_ERROR << st.message();
+      server.Shutdown();
+      return 1;
+    }
+    LOG_INFO << "started HTTP service on " << flags->http.address << ":" << http->port()
+             << " (" << flags->http.threads << " event loops)";
   }
 
   int sig = 0;
