@@ -295,6 +295,13 @@ def main():
     for f in counters.failures:
         print(f"    {f}")
     print(f"  RSS after warm-up {rss_warm} KiB, at end {rss_end} KiB ({growth:+.2f}%)")
+    # Where the RSS went: lowest and highest of each quarter after warm-up. A leak climbs
+    # quarter by quarter; an allocator settling, or a sample taken while a churned model is
+    # loaded, does not.
+    q = max(1, len(after_warm) // 4)
+    quarters = [after_warm[i:i + q] for i in range(0, len(after_warm), q)][:4]
+    print("  RSS per quarter after warm-up (min-max KiB): " +
+          ", ".join(f"{min(x[1] for x in part)}-{max(x[1] for x in part)}" for part in quarters))
     print(f"  descriptors after warm-up {fd_warm}, lowest over the last quarter {fd_tail}, at end {fd_end}")
     ok = alive and failures == 0 and growth < 5.0 and fd_tail <= fd_warm
     verdict = "PASS" if ok else "FAIL"
