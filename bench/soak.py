@@ -143,22 +143,23 @@ def main():
             except requests.RequestException as e:
                 counters.add(kind, "fail", repr(e))
 
-    def http_churn():
+    def infer_while_churned(kind, url, x, binary, pause):
+        """Inference on a model that comes and goes: 200 with the right answer, or 404/503."""
         s = requests.Session()
-        x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
         while not stop.is_set():
-            body, headers = build_request([make_input("INPUT0", x, "FP32", binary=True)])
+            body, headers = build_request([make_input("INPUT0", x, "FP32", binary=binary)])
             try:
-                r = s.post(base + "/v2/models/churn/infer", data=body, headers=headers, timeout=30)
+                r = s.post(url, data=body, headers=headers, timeout=30)
                 if r.status_code == 200:
-                    ok = np.array_equal(parse_response(r)[1]["OUTPUT0"], x)
-                    counters.add("churn-infer", "ok" if ok else "fail", "wrong answer")
+                    ok = np.allclose(parse_response(r)[1]["OUTPUT0"], x)
+                    counters.add(kind, "ok" if ok else "fail", "wrong answer")
                 elif r.status_code in (404, 503):
-                    counters.add("churn-infer", "expected")
+                    counters.add(kind, "expected")
                 else:
-                    counters.add("churn-infer", "fail", f"HTTP {r.status_code} {r.text[:200]}")
+                    counters.add(kind, "fail", f"HTTP {r.status_code} {r.text[:200]}")
             except requests.RequestException as e:
-                counters.add("churn-infer", "fail", repr(e))
+                counters.add(kind, "fail", repr(e))
+            time.sleep(pause)
 
     def churner():
         s = requests.Session()
@@ -189,24 +190,6 @@ def main():
                 loaded = not loaded
             except requests.RequestException as e:
                 counters.add("mme-churn", "fail", repr(e))
-
-    def mme_invoke():
-        s = requests.Session()
-        x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)
-        while not stop.is_set():
-            body, headers = build_request([make_input("INPUT0", x, "FP32")])
-            try:
-                r = s.post(f"{sm_base}/models/mme_churn/invoke", data=body, headers=headers, timeout=30)
-                if r.status_code == 200:
-                    ok = np.allclose(parse_response(r)[1]["OUTPUT0"], x)
-                    counters.add("mme-invoke", "ok" if ok else "fail", "wrong answer")
-                elif r.status_code in (404, 503):
-                    counters.add("mme-invoke", "expected")
-                else:
-                    counters.add("mme-invoke", "fail", f"HTTP {r.status_code} {r.text[:200]}")
-            except requests.RequestException as e:
-                counters.add("mme-invoke", "fail", repr(e))
-            time.sleep(0.002)
 
     def readers():
         s = requests.Session()
@@ -257,9 +240,15 @@ def main():
 
     threads = [threading.Thread(target=http_simple, args=(True,)),
                threading.Thread(target=http_simple, args=(False,)),
-               threading.Thread(target=http_churn), threading.Thread(target=churner),
+               threading.Thread(target=infer_while_churned, args=(
+                   "churn-infer", base + "/v2/models/churn/infer",
+                   np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8), True, 0)),
+               threading.Thread(target=churner),
                threading.Thread(target=readers), threading.Thread(target=grpc_client),
-               threading.Thread(target=mme_churner), threading.Thread(target=mme_invoke)]
+               threading.Thread(target=mme_churner),
+               threading.Thread(target=infer_while_churned, args=(
+                   "mme-invoke", f"{sm_base}/models/mme_churn/invoke",
+                   np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8), False, 0.002))]
     for t in threads:
         t.start()
 

@@ -16,6 +16,16 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kUnloadedReason[] = "unloaded";
+
+// Frees versions taken out of the index (outside mu_: each drains its in-flight requests) and
+// hands the memory they held back to the kernel, so an unload, a reload or an eviction shows
+// up in RSS.
+template <typename Map>
+void FreeRetired(Map* retired) {
+  if (retired->empty()) return;
+  retired->clear();
+  ReleaseFreeMemory();
+}
 }  // namespace
 
 std::string_view ModelStateName(ModelState state) {
@@ -291,8 +301,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
     e.reason.clear();
     e.fingerprint = fingerprint;
   }
-  // Old versions are freed here, outside the lock; each drains its in-flight requests.
-  retired.clear();
+  FreeRetired(&retired);  // the versions this load replaced
   return first_error;
 }
 
@@ -377,8 +386,7 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
     it->second.failed = false;
     it->second.reason.clear();
   }
-  retired.clear();  // waits for requests in flight
-  ReleaseFreeMemory();
+  FreeRetired(&retired);
   LOG_INFO << "unloaded model '" << name << "'";
   return absl::OkStatus();
 }
@@ -418,8 +426,7 @@ void ModelLifecycle::Poll() {
       retired.swap(it->second.versions);
       entries_.erase(it);
     }
-    retired.clear();
-    ReleaseFreeMemory();
+    FreeRetired(&retired);
     LOG_INFO << "poll: model '" << name << "' left the repository; unloaded";
   }
   std::set<std::string> pass;
