@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "storage/archive.h"
+#include "repository/archive.h"
 
 namespace fs = std::filesystem;
 
@@ -33,10 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream f(in, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
-  inferd::storage::ExtractLimits limits;
+  inferd::repository::ExtractLimits limits;
   limits.max_total_bytes = 8 << 20;
   limits.max_entries = 256;
-  (void)inferd::storage::ExtractArchive(in.string(), out.string(), limits);
+  (void)inferd::repository::ExtractArchive(in.string(), out.string(), limits);
 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(base, ec)) {

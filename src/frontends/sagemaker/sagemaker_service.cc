@@ -15,7 +15,7 @@
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
-#include "storage/s3.h"
+#include "repository/s3.h"
 
 namespace inferd::sagemaker {
 namespace fs = std::filesystem;
@@ -301,7 +301,7 @@ void SageMakerService::LoadModel(const HttpRequest& request, Reply reply) {
   const bool s3 = url->rfind("s3://", 0) == 0;
   std::string abs = *url;
   if (s3) {
-    if (auto loc = storage::ParseS3Url(*url); !loc.ok()) return now(ErrorResponse(loc.status()));
+    if (auto loc = repository::ParseS3Url(*url); !loc.ok()) return now(ErrorResponse(loc.status()));
   } else {
     abs = fs::absolute(fs::path(*url).lexically_normal()).string();
     for (std::string_view bad : {"/dev/", "/proc/", "/sys/"}) {
@@ -346,11 +346,11 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
   std::string local = url;
   if (url.rfind("s3://", 0) == 0) {
     // Downloaded once per ETag into the cache; the archive is then extracted as a local one.
-    auto location = storage::ParseS3Url(url);
+    auto location = repository::ParseS3Url(url);
     if (!location.ok()) return location.status();
     const auto fetch_start = std::chrono::steady_clock::now();
     bool hit = false;
-    auto fetched = storage::FetchS3Object(storage::S3ConfigFromEnvironment(), *location,
+    auto fetched = repository::FetchS3Object(repository::S3ConfigFromEnvironment(), *location,
                                           options_.model_cache_dir, &hit);
     if (!fetched.ok()) {
       if (fetched.status().code() == absl::StatusCode::kNotFound ||
@@ -385,7 +385,7 @@ absl::Status SageMakerService::LoadNow(const std::string& name, const std::strin
       extracted = StrCat(options_.model_cache_dir, "/", name, "-", ++extract_counter_);
     }
     fs::remove_all(extracted, ec);
-    if (auto st = storage::ExtractArchive(local, extracted, options_.extract_limits); !st.ok()) {
+    if (auto st = repository::ExtractArchive(local, extracted, options_.extract_limits); !st.ok()) {
       fs::remove_all(extracted, ec);
       return st;
     }

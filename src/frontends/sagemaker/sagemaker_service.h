@@ -25,7 +25,7 @@
 #include "frontends/http/kserve_service.h"
 #include "metrics/prometheus.h"
 #include "server/server.h"
-#include "storage/archive.h"
+#include "repository/archive.h"
 
 namespace inferd::sagemaker {
 
@@ -38,7 +38,7 @@ struct SageMakerOptions {
   // size on disk), or just its size on disk (exact and repeatable, but blind to what a
   // backend allocates beyond its weights).
   bool footprint_from_disk = false;
-  storage::ExtractLimits extract_limits;
+  repository::ExtractLimits extract_limits;
 };
 
 // The binary+json media type and its header size; nullopt when `content_type` is not it.

@@ -1,4 +1,4 @@
-#include "storage/s3.h"
+#include "repository/s3.h"
 
 #include <curl/curl.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/strings.h"
 
-namespace inferd::storage {
+namespace inferd::repository {
 namespace fs = std::filesystem;
 namespace {
 
@@ -224,4 +224,4 @@ absl::StatusOr<std::string> FetchS3Object(const S3Config& config, const S3Locati
   return file.string();
 }
 
-}  // namespace inferd::storage
+}  // namespace inferd::repository

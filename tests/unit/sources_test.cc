@@ -11,10 +11,10 @@
 #include "frontends/sagemaker/sagemaker_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "storage/archive.h"
-#include "storage/s3.h"
+#include "repository/archive.h"
+#include "repository/s3.h"
 
-namespace inferd::storage {
+namespace inferd::repository {
 namespace {
 
 namespace fs = std::filesystem;
@@ -157,7 +157,7 @@ TEST(S3Test, ParsesUrlsAndBuildsAddresses) {
 }
 
 }  // namespace
-}  // namespace inferd::storage
+}  // namespace inferd::repository
 
 namespace inferd::sagemaker {
 namespace {

@@ -1,0 +1,246 @@
+#include "repository/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string_view>
+
+#include "common/strings.h"
+
+namespace inferd::repository {
+namespace fs = std::filesystem;
+namespace {
+
+using ArchivePtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
+
+ArchivePtr NewReader() {
+  ArchivePtr a(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_all(a.get());
+  return a;
+}
+
+// A relative path that stays inside its root: no empty path, no absolute path, no ".."
+// component. "./a/b" and "a//b" are fine.
+bool StaysInside(std::string_view path) {
+  if (path.empty() || path.front() == '/') return false;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (path.substr(pos, slash - pos) == "..") return false;
+    pos = slash + 1;
+  }
+  return true;
+}
+
+// One extraction: where it writes, what it reads, and what it has written so far.
+struct Extraction {
+  struct archive* a = nullptr;
+  std::string_view what;  // names the archive in messages
+  fs::path root;          // canonical destination
+  ExtractLimits limits;
+  // Set when the bytes stopped arriving (a failed download): libarchive then reports a
+  // truncated archive, but the reader's own error is the one to return.
+  const absl::Status* source_status = nullptr;
+  uint64_t total = 0;
+  uint64_t entries = 0;
+};
+
+absl::Status ReadError(const Extraction& x) {
+  if (x.source_status != nullptr && !x.source_status->ok()) return *x.source_status;
+  const char* why = archive_error_string(x.a);
+  return absl::InvalidArgumentError(
+      StrCat("cannot read archive '", x.what, "': ", why ? why : "unknown error"));
+}
+
+absl::Status CannotCreate(const fs::path& path, const std::error_code& ec) {
+  return absl::InternalError(StrCat("cannot create '", path.string(), "': ", ec.message()));
+}
+
+// A symbolic link is kept only when it resolves inside the root from the folder it sits in.
+absl::Status ExtractSymlink(archive_entry* entry, const std::string& name, const fs::path& target) {
+  const char* link = archive_entry_symlink(entry);
+  const std::string dest = link ? link : "";
+  const std::string resolved = (fs::path(name).parent_path() / dest).lexically_normal().string();
+  if (dest.empty() || dest.front() == '/' || !StaysInside(resolved) ||
+      resolved.rfind("..", 0) == 0) {
+    return absl::InvalidArgumentError(
+        StrCat("archive entry '", name, "' links to '", dest, "', outside the model folder"));
+  }
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  fs::create_symlink(dest, target, ec);
+  if (ec) {
+    return absl::InternalError(StrCat("cannot create link '", target.string(), "': ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Copies the entry's data blocks into `fd` (sparse files keep their holes), counting the
+// bytes against the size cap.
+absl::Status WriteEntryData(Extraction& x, int fd, const fs::path& target) {
+  const void* buf = nullptr;
+  size_t size = 0;
+  la_int64_t offset = 0;
+  for (;;) {
+    const int r = archive_read_data_block(x.a, &buf, &size, &offset);
+    if (r == ARCHIVE_EOF) return absl::OkStatus();
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ReadError(x);
+    x.total += size;
+    if (x.total > x.limits.max_total_bytes) {
+      return absl::InvalidArgumentError(
+          StrCat("archive expands to more than ", x.limits.max_total_bytes, " bytes"));
+    }
+    if (::pwrite(fd, buf, size, offset) != static_cast<ssize_t>(size)) {
+      return absl::InternalError(StrCat("cannot write '", target.string(), "'"));
+    }
+  }
+}
+
+absl::Status ExtractRegularFile(Extraction& x, const std::string& name, const fs::path& target) {
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) return CannotCreate(target.parent_path(), ec);
+  // A link extracted earlier must not redirect this file outside the root.
+  const std::string real_parent = fs::weakly_canonical(target.parent_path(), ec).string();
+  if (ec || real_parent.compare(0, x.root.string().size(), x.root.string()) != 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "archive entry '", name, "' would be written through a link outside the model folder"));
+  }
+  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("cannot write archive entry '", name, "' (duplicate or unwritable)"));
+  }
+  absl::Status status = WriteEntryData(x, fd, target);
+  ::close(fd);
+  return status;
+}
+
+absl::Status ExtractEntry(Extraction& x, archive_entry* entry) {
+  const char* raw_name = archive_entry_pathname(entry);
+  const std::string name = raw_name ? raw_name : "";
+  if (!StaysInside(name)) {
+    return absl::InvalidArgumentError(
+        StrCat("archive entry '", name, "' would be written outside the model folder"));
+  }
+  const fs::path target = x.root / name;
+  const mode_t type = archive_entry_filetype(entry);
+  if (type == AE_IFDIR) {
+    std::error_code ec;
+    fs::create_directories(target, ec);
+    return ec ? CannotCreate(target, ec) : absl::OkStatus();
+  }
+  if (const char* hard = archive_entry_hardlink(entry)) {
+    return absl::InvalidArgumentError(
+        StrCat("archive entry '", name, "' is a hard link (to '", hard, "'); not accepted"));
+  }
+  if (type == AE_IFLNK) return ExtractSymlink(entry, name, target);
+  if (type != AE_IFREG) {
+    return absl::InvalidArgumentError(
+        StrCat("archive entry '", name, "' is a device, FIFO or socket; not accepted"));
+  }
+  return ExtractRegularFile(x, name, target);
+}
+
+// The loop both entry points share, once the archive is open.
+absl::Status ExtractEntries(Extraction& x) {
+  archive_entry* entry = nullptr;
+  for (;;) {
+    const int r = archive_read_next_header(x.a, &entry);
+    if (r == ARCHIVE_EOF) return absl::OkStatus();
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ReadError(x);
+    if (++x.entries > x.limits.max_entries) {
+      return absl::InvalidArgumentError(
+          StrCat("archive has more than ", x.limits.max_entries, " entries"));
+    }
+    if (absl::Status st = ExtractEntry(x, entry); !st.ok()) return st;
+  }
+}
+
+absl::StatusOr<fs::path> CreateRoot(const std::string& dest_dir) {
+  std::error_code ec;
+  fs::create_directories(dest_dir, ec);
+  if (ec) return CannotCreate(dest_dir, ec);
+  fs::path root = fs::canonical(dest_dir, ec);
+  if (ec) return CannotCreate(dest_dir, ec);
+  return root;
+}
+
+// libarchive's read callback over an ArchiveChunkReader. The reader's error is kept so the
+// extraction can return it instead of "truncated archive".
+struct StreamContext {
+  const ArchiveChunkReader* read = nullptr;
+  absl::Status status;
+  bool at_end = false;
+};
+
+la_ssize_t ReadChunk(struct archive* a, void* user, const void** buffer) {
+  auto* ctx = static_cast<StreamContext*>(user);
+  absl::StatusOr<std::string_view> chunk;
+  // No exception may unwind through libarchive's C frames.
+  try {
+    chunk = (*ctx->read)();
+  } catch (const std::exception& e) {
+    chunk = absl::InternalError(StrCat("reading the archive stream: ", e.what()));
+  }
+  if (!chunk.ok()) {
+    ctx->status = chunk.status();
+    archive_set_error(a, EIO, "%s", std::string(ctx->status.message()).c_str());
+    return ARCHIVE_FATAL;
+  }
+  if (chunk->empty()) ctx->at_end = true;
+  *buffer = chunk->data();
+  return static_cast<la_ssize_t>(chunk->size());
+}
+
+// Reads what libarchive left unread after the end-of-archive marker (padding, the gzip
+// trailer), so every error and length check of the stream runs.
+absl::Status DrainStream(StreamContext& ctx) {
+  while (ctx.status.ok() && !ctx.at_end) {
+    absl::StatusOr<std::string_view> chunk = (*ctx.read)();
+    if (!chunk.ok()) return chunk.status();
+    ctx.at_end = chunk->empty();
+  }
+  return ctx.status;
+}
+
+}  // namespace
+
+absl::Status ExtractArchive(const std::string& archive_path, const std::string& dest_dir,
+                            const ExtractLimits& limits) {
+  ArchivePtr a = NewReader();
+  const std::string name = fs::path(archive_path).filename().string();
+  Extraction x{a.get(), name, {}, limits};
+  if (archive_read_open_filename(a.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK) {
+    return ReadError(x);
+  }
+  absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
+  if (!root.ok()) return root.status();
+  x.root = *std::move(root);
+  return ExtractEntries(x);
+}
+
+absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_view what,
+                                  const std::string& dest_dir, const ExtractLimits& limits) {
+  absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
+  if (!root.ok()) return root.status();
+  ArchivePtr a = NewReader();
+  StreamContext ctx{&read};
+  Extraction x{a.get(), what, *std::move(root), limits, &ctx.status};
+  if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
+    return ReadError(x);
+  }
+  if (absl::Status st = ExtractEntries(x); !st.ok()) return st;
+  return DrainStream(ctx);
+}
+
+}  // namespace inferd::repository

@@ -1,0 +1,42 @@
+// Safe extraction of model archives (.tar.gz, and anything else libarchive reads): entries
+// that would leave the destination (absolute paths, "..", links pointing outside), devices and
+// FIFOs are refused, and the total size and entry count are capped. A corrupt archive is an
+// INVALID_ARGUMENT error with libarchive's reason.
+//
+// Two ways in, one implementation: a file on disk (`ExtractArchive`), or a stream of chunks
+// (`ExtractArchiveStream`), which lets a download feed gunzip and untar while it is still
+// arriving, with no temporary archive on disk.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace inferd::repository {
+
+struct ExtractLimits {
+  uint64_t max_total_bytes = uint64_t{16} << 30;  // 16 GiB of file contents
+  uint64_t max_entries = 100000;
+};
+
+// Extracts `archive_path` into `dest_dir` (created if missing; must be empty or absent).
+absl::Status ExtractArchive(const std::string& archive_path, const std::string& dest_dir,
+                            const ExtractLimits& limits = {});
+
+// Supplies an archive's bytes in order: the next chunk, an empty view at the end, or an error.
+// A chunk must stay valid until the next call (libarchive reads it in place).
+using ArchiveChunkReader = std::function<absl::StatusOr<std::string_view>()>;
+
+// Extracts the archive `read` yields into `dest_dir`, with ExtractArchive's rules; `what`
+// names the archive in messages ("s3://bucket/model.tar.gz"). The stream is read to its end
+// even past the archive's end marker, so a short or failed stream is always an error. An
+// error from `read` is returned as it is (a failed download, not a corrupt archive).
+// Runs on the calling thread; `read` is only called from it.
+absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_view what,
+                                  const std::string& dest_dir, const ExtractLimits& limits = {});
+
+}  // namespace inferd::repository
