@@ -79,7 +79,8 @@ absl::Status ExtractSymlink(archive_entry* entry, const std::string& name, const
   fs::create_directories(target.parent_path(), ec);
   fs::create_symlink(dest, target, ec);
   if (ec) {
-    return absl::InternalError(StrCat("cannot create link '", target.string(), "': ", ec.message()));
+    return absl::InternalError(
+        StrCat("cannot create link '", target.string(), "': ", ec.message()));
   }
   return absl::OkStatus();
 }
@@ -219,7 +220,10 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
                             const ExtractLimits& limits) {
   ArchivePtr a = NewReader();
   const std::string name = fs::path(archive_path).filename().string();
-  Extraction x{a.get(), name, {}, limits};
+  Extraction x;
+  x.a = a.get();
+  x.what = name;
+  x.limits = limits;
   if (archive_read_open_filename(a.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK) {
     return ReadError(x);
   }
@@ -234,8 +238,14 @@ absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_vi
   absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
   if (!root.ok()) return root.status();
   ArchivePtr a = NewReader();
-  StreamContext ctx{&read};
-  Extraction x{a.get(), what, *std::move(root), limits, &ctx.status};
+  StreamContext ctx;
+  ctx.read = &read;
+  Extraction x;
+  x.a = a.get();
+  x.what = what;
+  x.root = *std::move(root);
+  x.limits = limits;
+  x.source_status = &ctx.status;
   if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
     return ReadError(x);
   }

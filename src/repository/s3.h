@@ -59,11 +59,11 @@ struct S3TransferOptions {
 };
 
 struct S3Config {
-  std::string access_key;     // AWS_ACCESS_KEY_ID
-  std::string secret_key;     // AWS_SECRET_ACCESS_KEY
-  std::string session_token;  // AWS_SESSION_TOKEN
+  std::string access_key;            // AWS_ACCESS_KEY_ID
+  std::string secret_key;            // AWS_SECRET_ACCESS_KEY
+  std::string session_token;         // AWS_SESSION_TOKEN
   std::string region = "us-east-1";  // AWS_REGION, else AWS_DEFAULT_REGION
-  std::string endpoint;       // AWS_ENDPOINT_URL (path-style); empty: AWS's virtual-hosted URL
+  std::string endpoint;  // AWS_ENDPOINT_URL (path-style); empty: AWS's virtual-hosted URL
   S3TransferOptions transfer;
 };
 S3Config S3ConfigFromEnvironment();
