@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/strings.h"
+#include "repository/s3.h"
 
 namespace inferd::app {
 namespace {
@@ -65,7 +66,9 @@ std::string Usage() {
   return R"(Usage: inferd --model-repository=<path> [options]
 
   --model-repository=<path>        model repository (repeatable)
-  --model-control-mode=none|explicit|poll   (default none)
+  --model-control-mode=none|explicit|poll|on-demand   (default none); on-demand: a
+                                   model's first request loads it (--load-model models are
+                                   loaded at start and never evicted)
   --repository-poll-secs=<n>       poll interval (default 15)
   --load-model=<name>              explicit mode: load at start (repeatable, '*' for all)
   --strict-readiness=<bool>        ready only when every model is ready (default true)
@@ -97,11 +100,18 @@ std::string Usage() {
   --sagemaker-port=<n>             (default 8080)
   --sagemaker-address=<addr>       (default 0.0.0.0)
   --sagemaker-thread-count=<n>     event loops (default: number of cores)
-  --model-memory-budget=<size>     SageMaker multi-model: bytes (4G, 512M) or % of RAM; idle
-                                   models are evicted least recently used first to stay under it
+  --model-memory-budget=<size>     bytes (4G, 512M) or % of RAM for every loaded model; idle
+                                   on-demand and multi-model models are evicted to stay under it
   --model-memory-accounting=rss|disk   a model's footprint: RSS growth over its load (at
                                    least its size on disk; default) or its size on disk
-  --sagemaker-model-cache-dir=<d>  where model archives are extracted (/tmp/inferd-sagemaker)
+  --model-eviction-policy=cost-aware|lru   which idle models go first (default cost-aware:
+                                   weighs use frequency, recency, size and reload time)
+  --model-cache-dir=<d>            where S3 models are downloaded and archives extracted
+                                   (default /tmp/inferd-model-cache; kept across restarts)
+  --sagemaker-model-cache-dir=<d>  the same (older name)
+  --model-load-thread-count=<n>    models loaded in parallel (default 4)
+  --model-load-wait-secs=<n>       how long a request waits for its model's on-demand load
+                                   before 503 (default 60)
   --allow-metrics=<bool>           serve Prometheus metrics (default true)
   --metrics-port=<n>               (default 8002; 0 picks a free port)
   --metrics-address=<addr>         (default 0.0.0.0)
@@ -155,7 +165,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          if (v == "none") f.server.control_mode = server::ControlMode::kNone;
          else if (v == "explicit") f.server.control_mode = server::ControlMode::kExplicit;
          else if (v == "poll") f.server.control_mode = server::ControlMode::kPoll;
-         else return absl::InvalidArgumentError(inferd::StrCat("--model-control-mode takes none, explicit or poll, got '", v, "'"));
+         else if (v == "on-demand") f.server.control_mode = server::ControlMode::kOnDemand;
+         else return absl::InvalidArgumentError(inferd::StrCat("--model-control-mode takes none, explicit, poll or on-demand, got '", v, "'"));
          return absl::OkStatus();
        }},
       {"repository-poll-secs", set_int("repository-poll-secs", 0, [&](int64_t n) { f.server.poll_secs = static_cast<int>(n); })},
@@ -184,16 +195,26 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"sagemaker-address", [&](const std::string& v) { f.sagemaker_http.address = v; return absl::OkStatus(); }},
       {"sagemaker-thread-count", set_int("sagemaker-thread-count", 1, [&](int64_t n) { f.sagemaker_http.threads = static_cast<int>(n); })},
       {"model-memory-accounting", [&](const std::string& v) -> absl::Status {
-         if (v == "rss") f.sagemaker.footprint_from_disk = false;
-         else if (v == "disk") f.sagemaker.footprint_from_disk = true;
+         if (v == "rss") f.server.footprint_from_disk = false;
+         else if (v == "disk") f.server.footprint_from_disk = true;
          else return absl::InvalidArgumentError(inferd::StrCat("--model-memory-accounting takes rss or disk, got '", v, "'"));
          return absl::OkStatus();
        }},
-      {"sagemaker-model-cache-dir", [&](const std::string& v) { f.sagemaker.model_cache_dir = v; return absl::OkStatus(); }},
+      {"model-cache-dir", [&](const std::string& v) { f.server.sources.cache_dir = v; return absl::OkStatus(); }},
+      {"sagemaker-model-cache-dir", [&](const std::string& v) { f.server.sources.cache_dir = v; return absl::OkStatus(); }},
+      {"model-load-thread-count", set_int("model-load-thread-count", 1, [&](int64_t n) { f.server.load_threads = static_cast<int>(n); })},
+      {"model-load-wait-secs", set_int("model-load-wait-secs", 0, [&](int64_t n) { f.server.load_wait = absl::Seconds(n); })},
+      {"model-eviction-policy", [&](const std::string& v) -> absl::Status {
+         if (v == "cost-aware" || v == "lru") {
+           f.server.eviction_policy = v == "lru" ? "lru" : "cost";
+           return absl::OkStatus();
+         }
+         return absl::InvalidArgumentError(inferd::StrCat("--model-eviction-policy takes cost-aware or lru, got '", v, "'"));
+       }},
       {"model-memory-budget", [&](const std::string& v) -> absl::Status {
          auto bytes = ParseMemoryBudget(v);
          if (!bytes.ok()) return bytes.status();
-         f.sagemaker.memory_budget_bytes = *bytes;
+         f.server.memory_budget_bytes = *bytes;
          return absl::OkStatus();
        }},
       {"allow-grpc", set_bool("allow-grpc", &f.allow_grpc)},
@@ -251,9 +272,11 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   }
   f.server.load_models = load_models;
   f.grpc.max_message_bytes = static_cast<int>(std::min<size_t>(f.http.limits.max_body_bytes, INT32_MAX));
-  if (!load_models.empty() && f.server.control_mode != server::ControlMode::kExplicit) {
-    return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit");
+  if (!load_models.empty() && f.server.control_mode != server::ControlMode::kExplicit &&
+      f.server.control_mode != server::ControlMode::kOnDemand) {
+    return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit or on-demand");
   }
+  f.server.sources.s3 = repository::S3ConfigFromEnvironment();
   if (f.server.repositories.empty() && !f.help && !f.version) {
     return absl::InvalidArgumentError("--model-repository is required; see --help");
   }

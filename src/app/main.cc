@@ -96,8 +96,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<sagemaker::SageMakerService> sagemaker;
   std::unique_ptr<http::HttpServer> sagemaker_http;
   if (flags->allow_sagemaker) {
-    sagemaker = std::make_unique<sagemaker::SageMakerService>(&server, &kserve, flags->sagemaker,
-                                                              &registry);
+    sagemaker = std::make_unique<sagemaker::SageMakerService>(&server, &kserve, flags->sagemaker);
     sagemaker_http = std::make_unique<http::HttpServer>(flags->sagemaker_http, sagemaker->AsHandler());
     if (absl::Status st = sagemaker_http->Start(); !st.ok()) {
       LOG_ERROR << st.message();

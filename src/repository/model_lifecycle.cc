@@ -1,11 +1,17 @@
 #include "repository/model_lifecycle.h"
 
-#include <filesystem>
+#include <unistd.h>
 
-#include "common/strings.h"
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
+#include "core/infer_request.h"
 #include "repository/ensemble_validation.h"
 #include "repository/repository_scan.h"
 #include "scheduling/ensemble_scheduler.h"
@@ -16,16 +22,57 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kUnloadedReason[] = "unloaded";
+// A name no repository held is looked up again only after this long.
+constexpr uint64_t kNotFoundTtlNs = 2'000'000'000;
+// An on-demand load that failed is tried again on a request only after this long.
+constexpr uint64_t kRetryFailedNs = 5'000'000'000;
 
-// Frees versions taken out of the index (outside mu_: each drains its in-flight requests) and
-// hands the memory they held back to the kernel, so an unload, a reload or an eviction shows
-// up in RSS.
-template <typename Map>
-void FreeRetired(Map* retired) {
+// Frees versions taken out of the registry (outside mu_: each drains its in-flight requests)
+// and hands the memory they held back to the kernel, so an unload, a reload or an eviction
+// shows up in RSS.
+void FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
   if (retired->empty()) return;
   retired->clear();
   ReleaseFreeMemory();
 }
+
+// Resident set size of this process, from /proc/self/statm.
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+int64_t FolderBytes(const fs::path& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
+  }
+  return total;
+}
+
+bool IsEnsembleFolder(const fs::path& model_dir) {
+  std::ifstream in(model_dir / "config.pbtxt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t pos = text.find("platform"); pos != std::string::npos;
+       pos = text.find("platform", pos + 1)) {
+    size_t q = text.find('"', pos);
+    if (q != std::string::npos && text.compare(q, 10, "\"ensemble\"") == 0) return true;
+  }
+  return false;
+}
+
+bool IsVersionFolderName(const std::string& n) {
+  return !n.empty() && std::all_of(n.begin(), n.end(), ::isdigit);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 std::string_view ModelStateName(ModelState state) {
@@ -38,10 +85,102 @@ std::string_view ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
-    : options_(std::move(options)), backends_(backends) {}
+absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
+  const fs::path root(root_str);
+  std::error_code ec;
+  if (fs::exists(root / "config.pbtxt", ec)) return root.string();
+  std::vector<fs::path> subdirs;
+  bool has_version = false;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (!it->is_directory(e2)) continue;
+    const std::string n = it->path().filename().string();
+    if (n.empty() || n[0] == '.') continue;
+    if (IsVersionFolderName(n)) has_version = true;
+    subdirs.push_back(it->path());
+  }
+  if (has_version) return root.string();
+  if (subdirs.size() == 1) return ChooseModelFolder(subdirs[0].string());
+  for (const auto& d : subdirs) {
+    if (IsEnsembleFolder(d)) return d.string();
+  }
+  if (subdirs.empty()) {
+    return absl::InvalidArgumentError(StrCat(
+        "'", root.filename().string(), "' holds no model (no config.pbtxt, no version folder)"));
+  }
+  return absl::InvalidArgumentError(StrCat(
+      "'", root.filename().string(), "' holds ", subdirs.size(),
+      " models and none is an ensemble: put one model (or one ensemble and its parts) in it"));
+}
 
-ModelLifecycle::~ModelLifecycle() { UnloadAll(); }
+ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
+    : options_(std::move(options)), backends_(backends) {
+  policy_ = options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy();
+  loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
+  reaper_ = std::thread([this] { ReapWaiters(); });
+}
+
+ModelLifecycle::~ModelLifecycle() {
+  {
+    inferd::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.SignalAll();
+  if (reaper_.joinable()) reaper_.join();
+  loader_.reset();  // finishes queued loads; their waiters are answered
+  UnloadAll();
+  // Anyone still waiting (a load that never finished) is answered now.
+  std::vector<std::shared_ptr<Waiter>> left;
+  {
+    inferd::MutexLock lock(&mu_);
+    left.swap(timed_);
+  }
+  for (auto& w : left) Fire(w, absl::UnavailableError("the server is shutting down"));
+}
+
+absl::Status ModelLifecycle::Open() {
+  std::vector<std::string> errors;
+  for (const auto& url : options_.repositories) {
+    auto source = OpenSource(url, options_.sources);
+    if (!source.ok()) {
+      errors.push_back(std::string(source.status().message()));
+      continue;
+    }
+    if ((*source)->remote()) {
+      // Reachable, and the bucket exists: an unreachable repository fails the start.
+      auto listed = (*source)->List();
+      if (!listed.ok()) {
+        errors.push_back(std::string(listed.status().message()));
+        continue;
+      }
+      LOG_INFO << "model repository " << url << ": " << listed->size() << " models";
+    }
+    sources_.push_back(*std::move(source));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrJoin(errors, "; "));
+}
+
+ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
+  Scan scan;
+  for (const auto& source : sources_) {
+    auto listed = source->List();
+    if (!listed.ok()) {
+      LOG_WARNING << "cannot list " << source->url() << ": " << listed.status().message();
+      scan.errors.push_back(std::string(listed.status().message()));
+      continue;
+    }
+    for (auto& m : *listed) {
+      auto [it, inserted] = scan.models.emplace(m.name, Listed{source.get(), m});
+      if (!inserted) {
+        scan.duplicates[m.name] = StrCat("model '", m.name, "' appears in both '",
+                                         it->second.source->url(), "' and '", source->url(), "'");
+      }
+    }
+  }
+  for (const auto& [name, reason] : scan.duplicates) scan.models.erase(name);
+  return scan;
+}
 
 absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     const std::string& name, const std::string& dir,
@@ -104,6 +243,7 @@ void ModelLifecycle::SetFailed(const std::string& name, const std::string& dir,
   Entry& e = entries_[name];
   e.dir = dir;
   e.failed = true;
+  e.failed_at_ns = core::NowNs();
   e.reason = std::string(status.message());
 }
 
@@ -172,60 +312,60 @@ absl::Status ValidateModelName(std::string_view name) {
   return absl::InvalidArgumentError(inferd::StrCat("invalid model name '", printable, "': it ", why));
 }
 
-absl::Status ModelLifecycle::Load(const std::string& name,
-                                  const std::optional<config::ModelConfig>& override_config) {
-  if (!IsSafeModelName(name)) {
-    return absl::InvalidArgumentError(inferd::StrCat("invalid model name '", name, "'"));
+// ---- claims: one load of a model at a time ---------------------------------------------------
+
+absl::StatusOr<bool> ModelLifecycle::Claim(const std::string& name, LoadContext& ctx) {
+  inferd::MutexLock lock(&mu_);
+  auto idle = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return loading_.count(name) == 0;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), options_.load_wait)) {
+    return absl::UnavailableError(StrCat("model '", name, "' is still being loaded after ",
+                                         absl::FormatDuration(options_.load_wait)));
   }
-  inferd::MutexLock load_lock(&load_mu_);
-  ScanResult scan = ScanRepositories(options_.repositories);
-  if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
-    return absl::InvalidArgumentError(dup->second);
-  }
-  auto it = scan.models.find(name);
-  if (it == scan.models.end()) {
-    return absl::NotFoundError(
-        inferd::StrCat("failed to load '", name, "': no model folder '", name,
-                     "' in the model repository"));
-  }
-  return LoadLocked(name, it->second.dir, override_config);
+  if (ctx.pass != nullptr && !ctx.pass->insert(name).second) return false;
+  loading_.insert(name);
+  return true;
 }
 
-absl::Status ModelLifecycle::LoadFromDirectory(const std::string& name, const std::string& dir) {
-  RETURN_IF_ERROR(ValidateModelName(name));
-  std::optional<config::ModelConfig> override_config;
-  const std::string path = inferd::StrCat(dir, "/config.pbtxt");
-  if (fs::exists(path)) {
-    ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
-    cfg.set_name(name);
-    override_config = std::move(cfg);
-  }
-  inferd::MutexLock load_lock(&load_mu_);
-  return LoadLocked(name, dir, override_config);
+void ModelLifecycle::Unclaim(const std::string& name) {
+  inferd::MutexLock lock(&mu_);
+  loading_.erase(name);
 }
 
-absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::string& dir,
-                                        const std::optional<config::ModelConfig>& override_config) {
+absl::Status ModelLifecycle::LoadOne(const std::string& name, const std::string& dir,
+                                     const std::optional<config::ModelConfig>& override_config,
+                                     LoadContext& ctx) {
+  ASSIGN_OR_RETURN(bool claimed, Claim(name, ctx));
+  if (!claimed) return absl::OkStatus();  // loaded earlier in this pass
+  absl::Status st = LoadClaimed(name, dir, override_config, ctx);
+  Unclaim(name);
+  return st;
+}
+
+// ---- the load of one model -------------------------------------------------------------------
+
+absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::string& dir,
+                                         const std::optional<config::ModelConfig>& override_config,
+                                         LoadContext& ctx) {
+  const auto start = std::chrono::steady_clock::now();
   const std::string fingerprint = Fingerprint(dir);
+  auto fail = [&](const absl::Status& st) {
+    LOG_ERROR << "failed to load model '" << name << "': " << st.message();
+    SetFailed(name, dir, st);
+    inferd::MutexLock lock(&mu_);
+    Entry& e = entries_[name];
+    e.fingerprint = fingerprint;
+    e.source_fingerprint = ctx.source_fingerprint;
+    if (ctx.origin) e.origin = ctx.origin;
+    if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
+    ++counters_.load_failures;
+    return st;
+  };
   auto cfg = BuildConfig(name, dir, override_config);
-  if (!cfg.ok()) {
-    LOG_ERROR << "failed to load model '" << name << "': " << cfg.status().message();
-    SetFailed(name, dir, cfg.status());
-    {
-      inferd::MutexLock lock(&mu_);
-      entries_[name].fingerprint = fingerprint;
-    }
-    return cfg.status();
-  }
+  if (!cfg.ok()) return fail(cfg.status());
   if (cfg->platform() == "ensemble") {
-    absl::Status st = PrepareEnsemble(*cfg);
-    if (!st.ok()) {
-      LOG_ERROR << "failed to load model '" << name << "': " << st.message();
-      SetFailed(name, dir, st);
-      inferd::MutexLock lock(&mu_);
-      entries_[name].fingerprint = fingerprint;
-      return st;
-    }
+    if (absl::Status st = PrepareEnsemble(*cfg, ctx); !st.ok()) return fail(st);
   }
 
   // Which versions the policy serves.
@@ -241,7 +381,7 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
         wanted.push_back(v);
       } else {
         missing[v] = inferd::StrCat("version ", v, " named by version_policy.specific has no folder '",
-                                  dir, "/", v, "'");
+                                    dir, "/", v, "'");
       }
     }
   } else {
@@ -251,11 +391,21 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
     }
   }
   if (wanted.empty() && missing.empty()) {
-    absl::Status st = absl::InvalidArgumentError(
-        inferd::StrCat("model '", name, "': no version folders found in '", dir, "'"));
-    LOG_ERROR << st.message();
-    SetFailed(name, dir, st);
-    return st;
+    return fail(absl::InvalidArgumentError(
+        inferd::StrCat("model '", name, "': no version folders found in '", dir, "'")));
+  }
+
+  // Room under the budget for the new versions: their size on disk, or what this model
+  // measured the last time it was loaded, whichever is larger.
+  const bool budget = options_.memory_budget_bytes > 0;
+  std::map<int64_t, int64_t> on_disk;
+  int64_t estimate = 0;
+  for (int64_t v : wanted) {
+    on_disk[v] = FolderBytes(fs::path(dir) / std::to_string(v));
+    estimate += on_disk[v];
+  }
+  if (budget) {
+    if (absl::Status st = MakeRoom(name, estimate, /*reserve=*/true); !st.ok()) return fail(st);
   }
 
   {
@@ -271,12 +421,30 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
   backends::Backend* backend = backends_->Find(cfg->backend());
   std::map<int64_t, VersionSlot> fresh;
   absl::Status first_error;
+  const bool serialize = budget && !options_.footprint_from_disk;
   for (int64_t v : wanted) {
     VersionSlot slot;
-    auto model = Model::Load(*cfg, dir, v, backend, options_.load);
+    absl::StatusOr<std::shared_ptr<Model>> model;
+    int64_t grown = 0;
+    {
+      // Under a budget with RSS accounting, instance creation runs one model at a time so
+      // the RSS growth is this version's own.
+      std::optional<inferd::MutexLock> measure;
+      if (serialize) measure.emplace(&measure_mu_);
+      const int active = instantiating_.fetch_add(1);
+      const uint64_t started = instantiations_.fetch_add(1);
+      const int64_t rss_before = RssBytes();
+      model = Model::Load(*cfg, dir, v, backend, options_.load);
+      grown = RssBytes() - rss_before;
+      // Another load ran meanwhile (no budget, so nothing serialized them): the growth is
+      // not this version's alone, and its size on disk is the better figure.
+      if (active > 0 || instantiations_.load() != started + 1) grown = 0;
+      instantiating_.fetch_sub(1);
+    }
     if (model.ok()) {
       slot.state = ModelState::kReady;
       slot.model = *std::move(model);
+      slot.footprint = options_.footprint_from_disk ? on_disk[v] : std::max(grown, on_disk[v]);
     } else {
       slot.state = ModelState::kUnavailable;
       slot.reason = std::string(model.status().message());
@@ -287,53 +455,141 @@ absl::Status ModelLifecycle::LoadLocked(const std::string& name, const std::stri
     fresh[v] = std::move(slot);
   }
   for (auto& [v, reason] : missing) {
-    fresh[v] = VersionSlot{ModelState::kUnavailable, reason, nullptr};
+    fresh[v] = VersionSlot{ModelState::kUnavailable, reason, nullptr, 0};
     if (first_error.ok()) first_error = absl::NotFoundError(reason);
   }
 
-  std::map<int64_t, VersionSlot> retired;
+  std::vector<std::shared_ptr<const Model>> retired;
+  int64_t total_footprint = 0;
+  const double seconds = SecondsSince(start);
   {
     inferd::MutexLock lock(&mu_);
+    if (budget) reserved_bytes_ -= estimate;
     Entry& e = entries_[name];
-    retired.swap(e.versions);
+    // A version that failed to reload keeps serving its old instance (TF Serving's "no
+    // spontaneous unloading"); the failure is its reason in the index.
+    for (auto& [v, slot] : fresh) {
+      auto old = e.versions.find(v);
+      if (slot.state != ModelState::kReady && old != e.versions.end() && old->second.model) {
+        old->second.state = ModelState::kReady;
+        old->second.reason = StrCat("reload failed, the previous load keeps serving: ", slot.reason);
+        slot = std::move(old->second);
+      }
+    }
+    for (auto& [v, slot] : e.versions) {
+      if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
+        retired.push_back(std::move(slot.model));
+      }
+    }
     e.versions = std::move(fresh);
+    bool any_ready = false;
+    for (const auto& [v, slot] : e.versions) {
+      total_footprint += slot.footprint;
+      any_ready |= slot.state == ModelState::kReady;
+    }
     e.failed = false;
     e.reason.clear();
     e.fingerprint = fingerprint;
+    e.source_fingerprint = ctx.source_fingerprint;
+    if (ctx.origin) e.origin = ctx.origin;
+    e.residency = ctx.residency;
+    e.parts = ctx.parts;
+    if (first_error.ok()) {
+      ++counters_.loads;
+    } else {
+      ++counters_.load_failures;
+      e.failed_at_ns = core::NowNs();
+    }
+    counters_.load_seconds += seconds;
+    if (any_ready) {
+      for (const auto& p : e.parts) {
+        if (auto it = entries_.find(p); it != entries_.end()) {
+          for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
+        }
+      }
+      policy_->OnLoaded(name, total_footprint, seconds);
+    }
   }
   FreeRetired(&retired);  // the versions this load replaced
-  return first_error;
+  if (!first_error.ok()) return first_error;
+  LOG_INFO << "loaded model '" << name << "' in " << seconds << " s, footprint "
+           << total_footprint << " bytes";
+  if (budget) {
+    // The measured footprint may exceed the estimate: make room for the difference, or give
+    // the model back.
+    if (absl::Status st = MakeRoom(name, 0, /*reserve=*/false); !st.ok()) {
+      {
+        inferd::MutexLock lock(&mu_);
+        RetireLocked(name, std::string(st.message()), &retired);
+        entries_[name].failed = true;
+        entries_[name].reason = std::string(st.message());
+      }
+      FreeRetired(&retired);
+      return st;
+    }
+  }
+  return absl::OkStatus();
 }
 
-absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config) {
+absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, LoadContext& ctx) {
   ASSIGN_OR_RETURN(auto graph, scheduling::BuildEnsembleGraph(config));
-  ensemble_stack_.push_back(config.name());
+  ctx.ensemble_stack.push_back(config.name());
   struct Pop {
     std::vector<std::string>* stack;
     ~Pop() { stack->pop_back(); }
-  } pop{&ensemble_stack_};
-  std::optional<ScanResult> scan;
+  } pop{&ctx.ensemble_stack};
+  std::optional<Scan> scan;
   std::vector<std::shared_ptr<const Model>> models;
   std::vector<const config::ModelConfig*> configs;
   for (size_t i = 0; i < graph.steps.size(); ++i) {
     const auto& step = graph.steps[i];
     const std::string where = inferd::StrCat("ensemble '", config.name(), "' step ", i,
                                              " (model '", step.model_name, "')");
-    if (std::find(ensemble_stack_.begin(), ensemble_stack_.end(), step.model_name) !=
-        ensemble_stack_.end()) {
+    if (std::find(ctx.ensemble_stack.begin(), ctx.ensemble_stack.end(), step.model_name) !=
+        ctx.ensemble_stack.end()) {
       return absl::InvalidArgumentError(inferd::StrCat(
-          where, ": ensembles form a cycle (", inferd::StrJoin(ensemble_stack_, " -> "), " -> ",
+          where, ": ensembles form a cycle (", inferd::StrJoin(ctx.ensemble_stack, " -> "), " -> ",
           step.model_name, ")"));
     }
     auto model = Get(step.model_name, step.model_version);
-    const bool tried = pass_loaded_ != nullptr && pass_loaded_->count(step.model_name) > 0;
-    if (!model.ok() && !tried) {
-      if (!scan) scan = ScanRepositories(options_.repositories);
-      if (auto it = scan->models.find(step.model_name); it != scan->models.end()) {
-        LOG_INFO << "loading model '" << step.model_name << "', which ensemble '"
-                 << config.name() << "' runs";
-        if (pass_loaded_ != nullptr) pass_loaded_->insert(step.model_name);
-        (void)LoadLocked(step.model_name, it->second.dir, std::nullopt);
+    if (!model.ok()) {
+      // A part beside the ensemble in its archive, else a model of the repositories.
+      std::string dir;
+      std::string source_fingerprint;
+      if (auto s = ctx.siblings.find(step.model_name); s != ctx.siblings.end()) {
+        dir = s->second;
+      } else {
+        if (!scan) scan = ScanSources();
+        if (auto it = scan->models.find(step.model_name);
+            it != scan->models.end() && !it->second.model.archive) {
+          FetchStats stats;
+          auto fetched = it->second.source->Fetch(step.model_name, &stats);
+          if (!fetched.ok()) {
+            return absl::InvalidArgumentError(StrCat(where, ": ", fetched.status().message()));
+          }
+          dir = *fetched;
+          source_fingerprint = it->second.model.fingerprint;
+        }
+      }
+      if (!dir.empty()) {
+        LoadContext part;
+        part.pass = ctx.pass;
+        part.ensemble_stack = ctx.ensemble_stack;
+        part.siblings = ctx.siblings;
+        part.source_fingerprint = source_fingerprint;
+        const bool sibling = ctx.siblings.count(step.model_name) > 0;
+        // An archive's parts come and go with their ensemble; a repository model loaded for an
+        // ensemble is pinned (or evictable) like the ensemble.
+        part.residency = sibling ? Residency::kPart : ctx.residency;
+        auto claimed = Claim(step.model_name, part);
+        if (!claimed.ok()) return absl::InvalidArgumentError(StrCat(where, ": ", claimed.status().message()));
+        if (*claimed) {
+          LOG_INFO << "loading model '" << step.model_name << "', which ensemble '"
+                   << config.name() << "' runs";
+          (void)LoadClaimed(step.model_name, dir, std::nullopt, part);
+          Unclaim(step.model_name);
+          if (sibling) ctx.parts.push_back(step.model_name);
+        }
         model = Get(step.model_name, step.model_version);
       }
     }
@@ -347,29 +603,241 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config) 
   return ValidateEnsembleSteps(config, graph, configs);
 }
 
+// ---- entry points ----------------------------------------------------------------------------
+
+absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string& source_name) {
+  for (const auto& source : sources_) {
+    Located found;
+    auto dir = source->Fetch(source_name, &found.fetch);
+    if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
+    {
+      inferd::MutexLock lock(&mu_);
+      counters_.download_seconds += found.fetch.download_seconds;
+      counters_.download_bytes += static_cast<uint64_t>(found.fetch.bytes_downloaded);
+      if (found.fetch.cache_hit && source->remote()) ++counters_.fetch_cache_hits;
+    }
+    if (!dir.ok()) return dir.status();
+    found.source = source.get();
+    found.source_name = source_name;
+    found.dir = *dir;
+    return found;
+  }
+  std::vector<std::string> urls;
+  for (const auto& s : sources_) urls.push_back(s->url());
+  return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
+                                    StrJoin(urls, ", "), ") holds it"));
+}
+
+absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::string& url) {
+  Located found;
+  if (url.rfind("s3://", 0) != 0) {
+    std::error_code ec;
+    if (!fs::exists(url, ec)) {
+      return absl::InvalidArgumentError(StrCat("'url' ", url, " does not exist"));
+    }
+    if (fs::is_directory(url, ec)) {
+      found.dir = url;
+      return found;
+    }
+    if (!IsArchiveName(url)) {
+      return absl::InvalidArgumentError(
+          StrCat("'url' ", url, " is a file but not a .tar.gz, .tgz or .tar archive"));
+    }
+  }
+  // An archive or an S3 object: fetched through a source for its parent folder or prefix.
+  std::string parent = url;
+  while (!parent.empty() && parent.back() == '/') parent.pop_back();
+  const size_t slash = parent.rfind('/');
+  if (slash == std::string::npos || slash + 1 >= parent.size()) {
+    return absl::InvalidArgumentError(StrCat("'url' ", url, " names no model"));
+  }
+  const std::string leaf = parent.substr(slash + 1);
+  parent = parent.substr(0, slash);
+  if (parent.empty()) parent = "/";
+  auto source = OpenSource(parent, options_.sources);
+  if (!source.ok()) return source.status();
+  auto dir = (*source)->Fetch(leaf, &found.fetch);
+  if (!dir.ok()) {
+    // The caller's URL is wrong (missing object, denied): a client error naming it.
+    if (dir.status().code() == absl::StatusCode::kNotFound ||
+        dir.status().code() == absl::StatusCode::kPermissionDenied) {
+      return absl::InvalidArgumentError(dir.status().message());
+    }
+    return dir.status();
+  }
+  {
+    inferd::MutexLock lock(&mu_);
+    counters_.download_seconds += found.fetch.download_seconds;
+    counters_.download_bytes += static_cast<uint64_t>(found.fetch.bytes_downloaded);
+    if (found.fetch.cache_hit && (*source)->remote()) ++counters_.fetch_cache_hits;
+  }
+  found.dir = *dir;
+  return found;
+}
+
+absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::string& root,
+                                          LoadContext& ctx) {
+  ASSIGN_OR_RETURN(std::string model_dir, ChooseModelFolder(root));
+  // The other models beside the chosen one are its parts (an ensemble's composing models).
+  if (fs::path(model_dir) != fs::path(root)) {
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(model_dir).parent_path(), ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code e2;
+      if (!it->is_directory(e2) || it->path() == fs::path(model_dir)) continue;
+      ctx.siblings[it->path().filename().string()] = it->path().string();
+    }
+  }
+  std::optional<config::ModelConfig> override_config;
+  const std::string path = StrCat(model_dir, "/config.pbtxt");
+  if (fs::exists(path)) {
+    ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
+    cfg.set_name(name);
+    override_config = std::move(cfg);
+  }
+  return LoadOne(name, model_dir, override_config, ctx);
+}
+
+absl::Status ModelLifecycle::Load(const std::string& name,
+                                  const std::optional<config::ModelConfig>& override_config) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  Scan scan = ScanSources();
+  if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
+    return absl::InvalidArgumentError(dup->second);
+  }
+  auto it = scan.models.find(name);
+  if (it == scan.models.end()) {
+    return absl::NotFoundError(
+        inferd::StrCat("failed to load '", name, "': no model folder '", name,
+                       "' in the model repository"));
+  }
+  FetchStats stats;
+  auto dir = it->second.source->Fetch(name, &stats);
+  if (!dir.ok()) return dir.status();
+  LoadContext ctx;
+  ctx.residency = Residency::kPinned;
+  ctx.source_fingerprint = it->second.model.fingerprint;
+  ctx.origin = Origin{it->second.source, name, ""};
+  if (it->second.model.archive) return LoadFromRoot(name, *dir, ctx);
+  return LoadOne(name, *dir, override_config, ctx);
+}
+
 absl::Status ModelLifecycle::LoadAll() {
-  inferd::MutexLock load_lock(&load_mu_);
-  ScanResult scan = ScanRepositories(options_.repositories);
-  std::vector<std::string> failures;
+  inferd::MutexLock pass_lock(&pass_mu_);
+  Scan scan = ScanSources();
+  std::vector<std::string> failures = scan.errors;
   for (const auto& [name, reason] : scan.duplicates) {
     SetFailed(name, "", absl::InvalidArgumentError(reason));
     failures.push_back(reason);
   }
   std::set<std::string> pass;
-  pass_loaded_ = &pass;
-  for (const auto& [name, loc] : scan.models) {
-    if (!pass.insert(name).second) continue;  // loaded already, with an ensemble
-    absl::Status st = LoadLocked(name, loc.dir, std::nullopt);
-    if (!st.ok()) failures.push_back(std::string(st.message()));
+  // Every model folder, in parallel on the loader pool; the archives in a repository are
+  // loaded only on request.
+  inferd::Mutex done_mu;
+  inferd::CondVar done_cv;
+  size_t outstanding = 0;
+  for (const auto& [name, listed] : scan.models) {
+    if (listed.model.archive) continue;
+    {
+      inferd::MutexLock lock(&done_mu);
+      ++outstanding;
+    }
+    auto task = [this, name = name, listed = listed, &pass, &failures, &done_mu, &done_cv,
+                 &outstanding] {
+      absl::Status st;
+      FetchStats stats;
+      auto dir = listed.source->Fetch(name, &stats);
+      if (!dir.ok()) {
+        st = dir.status();
+        SetFailed(name, "", st);
+      } else {
+        LoadContext ctx;
+        ctx.pass = &pass;
+        ctx.residency = Residency::kPinned;
+        ctx.source_fingerprint = listed.model.fingerprint;
+        ctx.origin = Origin{listed.source, name, ""};
+        st = LoadOne(name, *dir, std::nullopt, ctx);
+      }
+      inferd::MutexLock lock(&done_mu);
+      if (!st.ok()) failures.push_back(std::string(st.message()));
+      --outstanding;
+      done_cv.SignalAll();
+    };
+    if (!loader_->Submit(task)) {
+      inferd::MutexLock lock(&done_mu);
+      --outstanding;
+      failures.push_back(StrCat("model '", name, "': the loader queue is full"));
+    }
   }
-  pass_loaded_ = nullptr;
+  {
+    inferd::MutexLock lock(&done_mu);
+    while (outstanding > 0) done_cv.Wait(&done_mu);
+  }
   if (failures.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(inferd::StrJoin(failures, "; "));
 }
 
+absl::Status ModelLifecycle::LoadFromUrl(const std::string& name, const std::string& url) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  {
+    inferd::ReaderMutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    if (it != entries_.end()) {
+      for (const auto& [v, slot] : it->second.versions) {
+        if (slot.model) {
+          return absl::AlreadyExistsError(StrCat("model '", name, "' is already loaded"));
+        }
+      }
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(Located found, FetchUrl(url));
+  LoadContext ctx;
+  ctx.residency = Residency::kEvictable;
+  ctx.origin = Origin{nullptr, "", url};
+  absl::Status st = LoadFromRoot(name, found.dir, ctx);
+  if (!st.ok()) {
+    // Leave nothing behind: a failed multi-model load is not part of the set.
+    (void)Forget(name);
+    return st;
+  }
+  LOG_INFO << "loaded model '" << name << "' from " << url << " in " << SecondsSince(start) << " s";
+  return absl::OkStatus();
+}
+
+absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::string& source_name) {
+  std::optional<Origin> origin;
+  {
+    inferd::ReaderMutexLock lock(&mu_);
+    if (auto it = entries_.find(name); it != entries_.end()) origin = it->second.origin;
+  }
+  if (origin && !origin->url.empty()) {
+    ASSIGN_OR_RETURN(Located found, FetchUrl(origin->url));
+    LoadContext ctx;
+    ctx.residency = Residency::kEvictable;
+    ctx.origin = origin;
+    return LoadFromRoot(name, found.dir, ctx);
+  }
+  const std::string wanted =
+      !source_name.empty() ? source_name : (origin ? origin->source_name : name);
+  RETURN_IF_ERROR(ValidateModelName(wanted));
+  auto found = Locate(wanted);
+  if (!found.ok()) {
+    if (found.status().code() == absl::StatusCode::kNotFound) {
+      inferd::MutexLock lock(&mu_);
+      not_found_[name] = core::NowNs();
+    }
+    return found.status();
+  }
+  LoadContext ctx;
+  ctx.residency = Residency::kEvictable;
+  ctx.origin = Origin{found->source, wanted, ""};
+  if (wanted != name || IsArchiveName(wanted)) return LoadFromRoot(name, found->dir, ctx);
+  return LoadOne(name, found->dir, std::nullopt, ctx);
+}
+
 absl::Status ModelLifecycle::Unload(const std::string& name) {
-  inferd::MutexLock load_lock(&load_mu_);
-  std::map<int64_t, VersionSlot> retired;
+  std::vector<std::shared_ptr<const Model>> retired;
   {
     inferd::MutexLock lock(&mu_);
     auto it = entries_.find(name);
@@ -378,11 +846,7 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
           inferd::StrCat("failed to unload '", name, "': the model is not loaded"));
     }
     // Like tritonserver, an unloaded model stays in the index as UNAVAILABLE ("unloaded").
-    for (auto& [v, slot] : it->second.versions) {
-      retired[v].model = std::move(slot.model);
-      slot.state = ModelState::kUnavailable;
-      slot.reason = kUnloadedReason;
-    }
+    RetireLocked(name, kUnloadedReason, &retired);
     it->second.failed = false;
     it->second.reason.clear();
   }
@@ -391,8 +855,41 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::Status ModelLifecycle::Forget(const std::string& name) {
+  std::vector<std::shared_ptr<const Model>> retired;
+  {
+    inferd::MutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+      return absl::NotFoundError(StrCat("model '", name, "' is not loaded"));
+    }
+    std::vector<std::string> parts = it->second.parts;
+    RetireLocked(name, kUnloadedReason, &retired);
+    entries_.erase(name);
+    for (const auto& p : parts) entries_.erase(p);
+  }
+  FreeRetired(&retired);
+  return absl::OkStatus();
+}
+
+void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reason,
+                                  std::vector<std::shared_ptr<const Model>>* retired) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return;
+  for (auto& [v, slot] : it->second.versions) {
+    if (slot.model) retired->push_back(std::move(slot.model));
+    slot.model = nullptr;
+    slot.footprint = 0;
+    slot.state = ModelState::kUnavailable;
+    slot.reason = std::string(reason);
+  }
+  policy_->OnUnloaded(name);
+  for (const auto& p : it->second.parts) {
+    if (p != name) RetireLocked(p, reason, retired);
+  }
+}
+
 void ModelLifecycle::UnloadAll() {
-  inferd::MutexLock load_lock(&load_mu_);
   std::map<std::string, Entry, std::less<>> retired;
   {
     inferd::MutexLock lock(&mu_);
@@ -402,42 +899,269 @@ void ModelLifecycle::UnloadAll() {
 }
 
 void ModelLifecycle::Poll() {
-  inferd::MutexLock load_lock(&load_mu_);
-  ScanResult scan = ScanRepositories(options_.repositories);
+  inferd::MutexLock pass_lock(&pass_mu_);
+  Scan scan = ScanSources();
+  if (!scan.errors.empty()) return;  // an unreachable repository is not a removed model
   std::vector<std::string> removed;
-  std::map<std::string, std::string> changed;  // name -> dir
+  std::map<std::string, Listed> changed;
   {
     inferd::MutexLock lock(&mu_);
     for (const auto& [name, entry] : entries_) {
-      if (!scan.models.count(name)) removed.push_back(name);
+      if (entry.residency == Residency::kPinned && !scan.models.count(name) &&
+          !(entry.origin && !entry.origin->url.empty())) {
+        removed.push_back(name);
+      }
+    }
+    for (const auto& [name, listed] : scan.models) {
+      if (listed.model.archive) continue;
+      auto it = entries_.find(name);
+      if (it == entries_.end() || it->second.source_fingerprint != listed.model.fingerprint) {
+        changed[name] = listed;
+      }
     }
   }
-  for (const auto& [name, loc] : scan.models) {
-    std::string fp = Fingerprint(loc.dir);
-    inferd::MutexLock lock(&mu_);
-    auto it = entries_.find(name);
-    if (it == entries_.end() || it->second.fingerprint != fp) changed[name] = loc.dir;
-  }
   for (const auto& name : removed) {
-    std::map<int64_t, VersionSlot> retired;
+    std::vector<std::shared_ptr<const Model>> retired;
     {
       inferd::MutexLock lock(&mu_);
-      auto it = entries_.find(name);
-      retired.swap(it->second.versions);
-      entries_.erase(it);
+      RetireLocked(name, "removed from the repository", &retired);
+      entries_.erase(name);
     }
     FreeRetired(&retired);
     LOG_INFO << "poll: model '" << name << "' left the repository; unloaded";
   }
   std::set<std::string> pass;
-  pass_loaded_ = &pass;
-  for (const auto& [name, dir] : changed) {
-    if (!pass.insert(name).second) continue;  // loaded already, with an ensemble
+  for (const auto& [name, listed] : changed) {
     LOG_INFO << "poll: loading new or changed model '" << name << "'";
-    (void)LoadLocked(name, dir, std::nullopt);
+    FetchStats stats;
+    auto dir = listed.source->Fetch(name, &stats);
+    if (!dir.ok()) {
+      SetFailed(name, "", dir.status());
+      continue;
+    }
+    LoadContext ctx;
+    ctx.pass = &pass;
+    ctx.source_fingerprint = listed.model.fingerprint;
+    ctx.origin = Origin{listed.source, name, ""};
+    (void)LoadOne(name, *dir, std::nullopt, ctx);
   }
-  pass_loaded_ = nullptr;
 }
+
+// ---- on demand -------------------------------------------------------------------------------
+
+void ModelLifecycle::Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status) {
+  if (!w->fired.exchange(true)) w->then(status);
+}
+
+void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                                   const std::string& source_name) {
+  auto waiter = std::make_shared<Waiter>();
+  waiter->then = std::move(then);
+  waiter->name = name;
+  bool wait = false;
+  bool start = false;
+  if (ValidateModelName(name).ok()) {
+    inferd::MutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    bool ready = false;
+    if (it != entries_.end()) {
+      for (const auto& [v, slot] : it->second.versions) ready |= slot.state == ModelState::kReady;
+    }
+    const uint64_t now = core::NowNs();
+    // Loads on demand: in on-demand mode, or a model the store evicted and remembers.
+    bool may_load = !ready && (options_.on_demand ||
+                               (it != entries_.end() && it->second.origin &&
+                                it->second.residency == Residency::kEvictable));
+    if (may_load) {
+      if (auto nf = not_found_.find(name); nf != not_found_.end()) {
+        if (now - nf->second < kNotFoundTtlNs) {
+          may_load = false;
+        } else {
+          not_found_.erase(nf);
+        }
+      }
+    }
+    if (may_load && it != entries_.end() && it->second.failed && !pending_.count(name) &&
+        now - it->second.failed_at_ns < kRetryFailedNs) {
+      may_load = false;  // a load that just failed: its reason answers until the retry delay
+    }
+    if (may_load) {
+      auto& pending = pending_[name];
+      if (!pending) {
+        pending = std::make_shared<PendingLoad>();
+        start = true;
+      }
+      pending->waiters.push_back(waiter);
+      waiter->deadline_ns =
+          now + static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.load_wait));
+      timed_.push_back(waiter);
+      ++counters_.misses;
+      ++counters_.waited;
+      wait = true;
+    }
+  }
+  if (!wait) {
+    Fire(waiter, absl::OkStatus());  // the caller's lookup reports the model as it is
+    return;
+  }
+  reaper_cv_.SignalAll();
+  if (!start) return;
+  const bool queued = loader_->Submit([this, name, source_name] {
+    absl::Status st;
+    try {
+      st = LoadOnDemand(name, source_name);
+    } catch (const std::exception& e) {
+      st = absl::InternalError(StrCat("loading model '", name, "': ", e.what()));
+    }
+    FinishPending(name, st);
+  });
+  if (!queued) {
+    FinishPending(name, absl::UnavailableError(StrCat(
+                            "model '", name, "' cannot be loaded now: too many loads queued")));
+  }
+}
+
+void ModelLifecycle::FinishPending(const std::string& name, const absl::Status& status) {
+  std::shared_ptr<PendingLoad> pending;
+  {
+    inferd::MutexLock lock(&mu_);
+    auto it = pending_.find(name);
+    if (it == pending_.end()) return;
+    pending = std::move(it->second);
+    pending_.erase(it);
+  }
+  // OK: each waiter looks the model up itself (and gets its real state).
+  for (auto& w : pending->waiters) Fire(w, status);
+}
+
+void ModelLifecycle::ReapWaiters() {
+  inferd::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const uint64_t now = core::NowNs();
+    uint64_t next = UINT64_MAX;
+    std::vector<std::shared_ptr<Waiter>> expired;
+    auto keep = timed_.begin();
+    for (auto& w : timed_) {
+      if (w->fired.load()) continue;
+      if (w->deadline_ns <= now) {
+        expired.push_back(std::move(w));
+        continue;
+      }
+      next = std::min(next, w->deadline_ns);
+      *keep++ = std::move(w);
+    }
+    timed_.erase(keep, timed_.end());
+    if (!expired.empty()) {
+      counters_.wait_timeouts += expired.size();
+      mu_.Unlock();
+      for (auto& w : expired) {
+        Fire(w, absl::UnavailableError(StrCat(
+                    "model '", w->name, "' is still loading after ",
+                    absl::FormatDuration(options_.load_wait),
+                    " (--model-load-wait-secs); retry later")));
+      }
+      mu_.Lock();
+      continue;
+    }
+    const absl::Duration wait =
+        next == UINT64_MAX ? absl::Seconds(60) : absl::Nanoseconds(next - now);
+    reaper_cv_.WaitWithTimeout(&mu_, wait);
+  }
+}
+
+// ---- the memory budget -----------------------------------------------------------------------
+
+int64_t ModelLifecycle::ResidentBytesLocked() const {
+  int64_t total = reserved_bytes_;
+  for (const auto& [name, e] : entries_) {
+    for (const auto& [v, slot] : e.versions) total += slot.footprint;
+  }
+  return total;
+}
+
+bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
+  if (e.residency != Residency::kEvictable || loading_.count(name)) return false;
+  bool loaded = false;
+  for (const auto& [v, slot] : e.versions) {
+    if (!slot.model) continue;
+    loaded = true;
+    // The registry's reference is the only one: no request holds the model.
+    if (slot.model.use_count() > 1 || slot.model->InFlight() > 0) return false;
+  }
+  for (const auto& p : e.parts) {
+    auto it = entries_.find(p);
+    if (it == entries_.end()) continue;
+    for (const auto& [v, slot] : it->second.versions) {
+      if (slot.model && (slot.model.use_count() > 1 || slot.model->InFlight() > 0)) return false;
+    }
+  }
+  return loaded;
+}
+
+absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, bool reserve) {
+  const int64_t budget = options_.memory_budget_bytes;
+  for (;;) {
+    std::vector<std::shared_ptr<const Model>> retired;
+    std::vector<std::string> victims;
+    {
+      inferd::MutexLock lock(&mu_);
+      const int64_t resident = ResidentBytesLocked();
+      if (resident + needed <= budget) {
+        if (reserve) reserved_bytes_ += needed;
+        return absl::OkStatus();
+      }
+      // The policy sees how each model has been used since it last looked (requests only
+      // bump two atomics), oldest use first so recency stays in order. A block of uses is
+      // replayed up to two half-lives' worth; the policy's frequencies saturate past that.
+      std::vector<std::tuple<uint64_t, const std::string*, uint64_t>> used;
+      for (const auto& [n, e] : entries_) {
+        const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
+        if (uses > 0) used.emplace_back(e.usage->last_used_ns.load(), &n, uses);
+      }
+      std::sort(used.begin(), used.end());
+      for (const auto& [last, n, uses] : used) {
+        for (uint64_t k = 0; k < std::min<uint64_t>(uses, 4096); ++k) policy_->OnUsed(*n);
+      }
+      auto evictable = [this, &name](const std::string& n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (n == name) return false;
+        auto it = entries_.find(n);
+        return it != entries_.end() && EvictableLocked(n, it->second);
+      };
+      auto chosen = policy_->ChooseVictims(needed, resident, budget, evictable);
+      if (chosen.ok()) victims = *std::move(chosen);
+      if (!chosen.ok() || victims.empty()) {
+        std::vector<std::string> held;
+        for (const auto& [n, e] : entries_) {
+          int64_t bytes = 0;
+          for (const auto& [v, slot] : e.versions) bytes += slot.footprint;
+          if (bytes > 0) {
+            const char* why = e.residency == Residency::kPinned ? "pinned"
+                              : e.residency == Residency::kPart ? "ensemble part"
+                              : EvictableLocked(n, e)           ? "idle"
+                                                                : "in use";
+            held.push_back(StrCat(n, " ", bytes, " (", why, ")"));
+          }
+        }
+        return absl::ResourceExhaustedError(StrCat(
+            "model '", name, "' needs about ", needed, " bytes but the memory budget (",
+            "--model-memory-budget) is ", budget, " bytes and ", resident,
+            " are resident or reserved, none of it evictable: ",
+            held.empty() ? std::string("no model is loaded") : StrJoin(held, ", ")));
+      }
+      for (const auto& v : victims) {
+        auto it = entries_.find(v);
+        if (it == entries_.end() || !EvictableLocked(v, it->second)) continue;
+        RetireLocked(v, StrCat("evicted to make room for '", name, "' under the memory budget"),
+                     &retired);
+        ++counters_.evictions;
+        LOG_INFO << "evicted idle model '" << v << "' to make room for '" << name << "'";
+      }
+    }
+    FreeRetired(&retired);
+  }
+}
+
+// ---- lookups ---------------------------------------------------------------------------------
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
                                                                  int64_t version) const {
@@ -448,9 +1172,18 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
     return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
   }
   const auto& versions = it->second.versions;
+  const Usage& usage = *it->second.usage;
+  auto used = [this, &usage] {
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    const_cast<Usage&>(usage).uses.fetch_add(1, std::memory_order_relaxed);
+    const_cast<Usage&>(usage).last_used_ns.store(core::NowNs(), std::memory_order_relaxed);
+  };
   if (version < 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.state == ModelState::kReady) return v->second.model;
+      if (v->second.state == ModelState::kReady) {
+        used();
+        return v->second.model;
+      }
     }
     std::string reason = it->second.reason;
     if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.reason;
@@ -458,7 +1191,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
       return absl::NotFoundError(inferd::StrCat("model '", name, "' is not loaded (unloaded)"));
     }
     return absl::UnavailableError(inferd::StrCat("model '", name, "' has no ready version",
-                                               reason.empty() ? "" : ": ", reason));
+                                                 reason.empty() ? "" : ": ", reason));
   }
   auto v = versions.find(version);
   if (v == versions.end()) {
@@ -467,10 +1200,11 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
   }
   if (v->second.state != ModelState::kReady) {
     return absl::UnavailableError(inferd::StrCat("model '", name, "' version ", version, " is ",
-                                               ModelStateName(v->second.state),
-                                               v->second.reason.empty() ? "" : ": ",
-                                               v->second.reason));
+                                                 ModelStateName(v->second.state),
+                                                 v->second.reason.empty() ? "" : ": ",
+                                                 v->second.reason));
   }
+  used();
   return v->second.model;
 }
 
@@ -506,23 +1240,32 @@ bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int 
 
 std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
   std::vector<IndexEntry> out;
-  ScanResult scan = ScanRepositories(options_.repositories);
+  std::optional<Scan> scan;
+  if (!ready_only) scan = ScanSources();
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
-    if (entry.failed) {
-      if (!ready_only) out.push_back({name, "", "UNAVAILABLE", entry.reason});
-      continue;
+    if (entry.failed && !ready_only) {
+      bool serving = false;
+      for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+      if (!serving) {
+        out.push_back({name, "", "UNAVAILABLE", entry.reason});
+        continue;
+      }
     }
     for (const auto& [v, slot] : entry.versions) {
       if (ready_only && slot.state != ModelState::kReady) continue;
-      out.push_back({name, inferd::StrCat(v), std::string(ModelStateName(slot.state)), slot.reason});
+      std::string reason = slot.reason;
+      if (entry.failed && slot.state == ModelState::kReady) {
+        reason = StrCat("reload failed, the previous load keeps serving: ", entry.reason);
+      }
+      out.push_back({name, inferd::StrCat(v), std::string(ModelStateName(slot.state)), reason});
     }
   }
-  if (!ready_only) {
-    for (const auto& [name, loc] : scan.models) {
+  if (scan) {
+    for (const auto& [name, listed] : scan->models) {
       if (!entries_.count(name)) out.push_back({name, "", "", ""});
     }
-    for (const auto& [name, reason] : scan.duplicates) {
+    for (const auto& [name, reason] : scan->duplicates) {
       if (!entries_.count(name)) out.push_back({name, "", "UNAVAILABLE", reason});
     }
   }
@@ -535,7 +1278,10 @@ std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
 bool ModelLifecycle::AllReady() const {
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
-    if (entry.failed) return false;
+    if (entry.residency != Residency::kPinned) continue;  // on demand: they come and go
+    bool serving = false;
+    for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+    if (entry.failed && !serving) return false;
     for (const auto& [v, slot] : entry.versions) {
       if (slot.state != ModelState::kReady && slot.reason != kUnloadedReason) return false;
     }
@@ -552,6 +1298,98 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const
     }
   }
   return out;
+}
+
+int64_t ModelLifecycle::FootprintBytes(std::string_view name, int64_t version) const {
+  inferd::ReaderMutexLock lock(&mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return 0;
+  auto v = it->second.versions.find(version);
+  return v == it->second.versions.end() ? 0 : v->second.footprint;
+}
+
+std::map<std::string, std::string> ModelLifecycle::UrlModels() const {
+  std::map<std::string, std::string> out;
+  inferd::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : entries_) {
+    if (entry.origin && !entry.origin->url.empty()) out[name] = entry.origin->url;
+  }
+  return out;
+}
+
+StoreCounters ModelLifecycle::Counters() const {
+  inferd::ReaderMutexLock lock(&mu_);
+  StoreCounters c = counters_;
+  c.hits = hits_.load();
+  return c;
+}
+
+void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
+  struct Row {
+    std::string name;
+    int64_t version;
+    int64_t bytes;
+  };
+  std::vector<Row> rows;
+  int64_t resident = 0;
+  size_t loaded = 0;
+  StoreCounters c;
+  {
+    inferd::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, e] : entries_) {
+      bool any = false;
+      for (const auto& [v, slot] : e.versions) {
+        if (!slot.model) continue;
+        any = true;
+        rows.push_back({name, v, slot.footprint});
+        resident += slot.footprint;
+      }
+      loaded += any;
+    }
+    c = counters_;
+  }
+  c.hits = hits_.load();
+  w.Family("inferd_model_memory_bytes",
+           "Measured memory footprint of a loaded model version (RSS growth over its load, at "
+           "least its size on disk)", "gauge");
+  for (const auto& r : rows) {
+    w.Sample("inferd_model_memory_bytes", {{"model", r.name}, {"version", StrCat(r.version)}},
+             static_cast<double>(r.bytes));
+  }
+  auto one = [&w](const char* name, const char* help, const char* type, double value) {
+    w.Family(name, help, type);
+    w.Sample(name, {}, value);
+  };
+  one("inferd_model_store_resident_bytes", "Sum of the loaded models' footprints", "gauge",
+      static_cast<double>(resident));
+  one("inferd_model_store_budget_bytes", "--model-memory-budget (0: none)", "gauge",
+      static_cast<double>(options_.memory_budget_bytes));
+  one("inferd_model_store_loaded_models", "Models with a loaded version", "gauge",
+      static_cast<double>(loaded));
+  w.Family("inferd_model_loads_total", "Model loads, by result", "counter");
+  w.Sample("inferd_model_loads_total", {{"result", "success"}}, static_cast<double>(c.loads));
+  w.Sample("inferd_model_loads_total", {{"result", "failure"}}, static_cast<double>(c.load_failures));
+  w.Family("inferd_model_evictions_total", "Models unloaded by the store, by reason", "counter");
+  w.Sample("inferd_model_evictions_total", {{"reason", "memory_budget"}},
+           static_cast<double>(c.evictions));
+  one("inferd_model_load_seconds_total", "Time spent loading models (fetch excluded)", "counter",
+      c.load_seconds);
+  one("inferd_model_download_seconds_total", "Time spent downloading models from remote repositories",
+      "counter", c.download_seconds);
+  one("inferd_model_download_bytes_total", "Bytes downloaded from remote repositories", "counter",
+      static_cast<double>(c.download_bytes));
+  one("inferd_model_fetch_cache_hits_total",
+      "Remote model fetches answered by the local cache (same ETag)", "counter",
+      static_cast<double>(c.fetch_cache_hits));
+  one("inferd_model_cache_hits_total", "Requests whose model was loaded", "counter",
+      static_cast<double>(c.hits));
+  one("inferd_model_cache_misses_total", "Requests whose model had to be loaded first", "counter",
+      static_cast<double>(c.misses));
+  one("inferd_model_load_waits_total", "Requests that waited for an on-demand load", "counter",
+      static_cast<double>(c.waited));
+  one("inferd_model_load_wait_timeouts_total",
+      "Requests answered 503 because their model's load outlasted --model-load-wait-secs",
+      "counter", static_cast<double>(c.wait_timeouts));
 }
 
 }  // namespace inferd::repository

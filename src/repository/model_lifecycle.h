@@ -1,14 +1,32 @@
-// The registry of models: which exist in the repositories, which versions are loaded, their
-// state and the reason a load failed. Loading, unloading, reloading on change (poll mode).
+// The model store: which models the repositories hold, which versions are loaded, their state
+// and the reason a load failed; loading (at start, through the repository API, on a model's
+// first request, from a SageMaker multi-model URL), unloading, reloading on change (poll
+// mode), and one memory budget over every loaded model with an eviction policy.
 //
 // States of a version: LOADING -> READY -> UNLOADING -> UNAVAILABLE, and LOADING ->
 // UNAVAILABLE with a reason when the load fails. A model whose config does not parse has no
-// versions and is UNAVAILABLE with the parse error as its reason.
+// versions and is UNAVAILABLE with the parse error as its reason. A reload that fails leaves
+// the versions that were serving in place (READY, with the failure as their reason).
 //
-// Thread-safe. Loads and unloads are serialized by one mutex (load_mu_) and run on the
-// caller's thread; lookups (Get) take a short shared lock and never wait for a load.
+// Residency: a model loaded at start (control modes none and poll), through the repository API
+// or by --load-model is pinned: only an unload removes it. A model loaded on demand (its first
+// request, in --model-control-mode=on-demand) or through the SageMaker multi-model API is
+// evictable: when a load would exceed --model-memory-budget, the eviction policy picks idle
+// evictable models to unload (never one with requests in flight); the store remembers where
+// each came from and loads it again on its next request.
+//
+// Threads: loads of different models run in parallel on the store's loader pool
+// (--model-load-thread-count) or on the caller's thread; two loads of one model never run at
+// once (the second waits for the first, and an on-demand request joins the running load).
+// Lookups (Get) take a short shared lock and never wait for a load. With a budget and RSS
+// accounting, the part of a load that creates the backend's instances is serialized, so each
+// model's footprint is the process's RSS growth over its own load.
+//
+// Thread-safe. Open() once before anything else.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,10 +36,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "absl/time/time.h"
 #include "backends/backend.h"
+#include "common/mutex.h"
+#include "common/worker_pool.h"
 #include "config/model_config_util.h"
+#include "metrics/prometheus.h"
+#include "repository/eviction_policy.h"
 #include "repository/model.h"
+#include "repository/source.h"
 
 namespace inferd::repository {
 
@@ -39,10 +62,35 @@ struct IndexEntry {
   std::string reason;
 };
 
+// The folder a model is loaded from when it came out of an archive or a multi-model URL: a
+// model folder, or a folder of models of which one (the ensemble) is served and the others are
+// its parts. SageMaker Triton's rules: a folder with config.pbtxt (or numeric version folders)
+// is the model; otherwise its only sub-folder, or the ensemble among several.
+absl::StatusOr<std::string> ChooseModelFolder(const std::string& root);
+
 struct LifecycleOptions {
-  std::vector<std::string> repositories;
+  std::vector<std::string> repositories;  // folders or s3:// URLs
   bool auto_complete = true;
   LoadOptions load;
+  SourceOptions sources;
+  bool on_demand = false;  // --model-control-mode=on-demand
+  int load_threads = 4;    // --model-load-thread-count
+  absl::Duration load_wait = absl::Seconds(60);  // --model-load-wait-secs
+  int64_t memory_budget_bytes = 0;               // 0: no budget
+  // A model's footprint: the process's RSS growth over its load (at least its size on disk),
+  // or only its size on disk (exact and repeatable, blind to what a backend allocates).
+  bool footprint_from_disk = false;
+  std::string eviction_policy = "cost";  // "cost" (recency, frequency, size, reload time) | "lru"
+};
+
+// What a store-wide counter saw, for the metrics and the tests.
+struct StoreCounters {
+  uint64_t loads = 0, load_failures = 0;
+  uint64_t evictions = 0;
+  uint64_t hits = 0, misses = 0;     // requests that found their model loaded / had to load it
+  uint64_t waited = 0, wait_timeouts = 0;
+  double load_seconds = 0, download_seconds = 0;
+  uint64_t download_bytes = 0, fetch_cache_hits = 0;
 };
 
 class ModelLifecycle {
@@ -50,27 +98,43 @@ class ModelLifecycle {
   ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends);
   ~ModelLifecycle();  // Unloads everything, draining requests in flight.
 
+  // Opens every repository. A folder that does not exist or a bucket that cannot be reached
+  // is an error naming it.
+  absl::Status Open();
+
   // Loads (or reloads) `name` from the repositories; `override_config` replaces config.pbtxt.
-  // Old versions keep serving until the new ones are READY. Returns the first version's
-  // error when the load fails.
+  // Old versions keep serving until the new ones are READY, and keep serving if they fail.
+  // Pinned. Returns the first version's error when the load fails.
   absl::Status Load(const std::string& name,
                     const std::optional<config::ModelConfig>& override_config = std::nullopt);
-  // Loads every model in the repositories (control mode none, `--load-model=*`).
-  // Returns an error naming each model that failed.
+  // Loads every model folder in the repositories (control modes none and poll, `--load-model=*`),
+  // in parallel on the loader pool. Returns an error naming each model that failed.
   absl::Status LoadAll();
-  // Loads `name` from the model folder `dir`, which need not be in a repository (SageMaker
-  // multi-model loads). The model is served as `name` whatever its config.pbtxt calls it.
-  absl::Status LoadFromDirectory(const std::string& name, const std::string& dir);
+  // SageMaker multi-model load: `url` is a model folder, an archive (.tar.gz, .tgz, .tar) or
+  // an s3:// object or prefix; the model chosen in it (ChooseModelFolder) is served as `name`
+  // whatever its config.pbtxt calls it, and an ensemble's parts beside it are loaded too.
+  // Evictable; ALREADY_EXISTS when `name` is loaded.
+  absl::Status LoadFromUrl(const std::string& name, const std::string& url);
   absl::Status Unload(const std::string& name);
+  // Unload, and forget where the model came from (SageMaker DELETE /models/<name>).
+  absl::Status Forget(const std::string& name);
   // Poll mode: loads new models, reloads changed ones, unloads removed ones.
   void Poll();
   void UnloadAll();
 
-  // The ready model for `version` (-1: the newest ready version).
+  // Calls `then` once `name` can be looked up: at once (on this thread) when it is loaded, or
+  // when nothing can load it; otherwise after the load it starts or joins (on a loader thread),
+  // or with UNAVAILABLE after the wait limit. Loads only in on-demand mode or for a model the
+  // store remembers (evicted). `source_name` is the repository entry to load when it differs
+  // from `name` (SageMaker's TargetModel archive).
+  void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                     const std::string& source_name = "");
+
+  // The ready model for `version` (-1: the newest ready version). Counts a use for eviction.
   absl::StatusOr<std::shared_ptr<const Model>> Get(std::string_view name, int64_t version) const;
   // Every ready version of `name`, ascending (for metadata).
   std::vector<std::shared_ptr<const Model>> ReadyVersions(std::string_view name) const;
-  // State of one version, for the ready endpoint.
+  // State of one version, for the ready endpoint. Never loads.
   bool IsReady(std::string_view name, int64_t version) const;
   // Models in the repositories and their state.
   std::vector<IndexEntry> Index(bool ready_only) const;
@@ -78,45 +142,160 @@ class ModelLifecycle {
   bool AllReady() const;
   // Ready models, for the statistics endpoint.
   std::vector<std::shared_ptr<const Model>> AllReadyModels() const;
+  // The measured footprint of one loaded version (0 when not loaded).
+  int64_t FootprintBytes(std::string_view name, int64_t version) const;
+  // Models loaded through LoadFromUrl and their URLs (SageMaker GET /models).
+  std::map<std::string, std::string> UrlModels() const;
+  bool on_demand() const { return options_.on_demand; }
+  int64_t memory_budget_bytes() const { return options_.memory_budget_bytes; }
+
+  StoreCounters Counters() const;
+  void CollectMetrics(metrics::PrometheusWriter& w) const;
 
  private:
+  enum class Residency { kPinned, kEvictable, kPart };
   struct VersionSlot {
     ModelState state = ModelState::kLoading;
     std::string reason;
     std::shared_ptr<const Model> model;
+    int64_t footprint = 0;
+  };
+  // How often and how recently a model is used; shared with Get's callers without the lock.
+  struct Usage {
+    std::atomic<uint64_t> uses{0};
+    std::atomic<uint64_t> last_used_ns{0};
+  };
+  // Where a model comes from, so it can be loaded again after an eviction.
+  struct Origin {
+    Source* source = nullptr;  // a repository entry (`source_name` in it)
+    std::string source_name;
+    std::string url;  // or a SageMaker multi-model URL
   };
   struct Entry {
     std::string dir;
     std::string fingerprint;
     std::string reason;  // load failure before any version (bad config)
     bool failed = false;
+    uint64_t failed_at_ns = 0;
+    std::string source_fingerprint;
+    Residency residency = Residency::kPinned;
+    std::optional<Origin> origin;
+    std::vector<std::string> parts;  // an archive ensemble's composing models
+    std::shared_ptr<Usage> usage = std::make_shared<Usage>();
     std::map<int64_t, VersionSlot> versions;
   };
+  // A request waiting for an on-demand load; answered exactly once (load done or timed out).
+  struct Waiter {
+    std::function<void(absl::Status)> then;
+    std::atomic<bool> fired{false};
+    uint64_t deadline_ns = 0;
+    std::string name;
+  };
+  // One on-demand load in progress: who waits for it.
+  struct PendingLoad {
+    std::vector<std::shared_ptr<Waiter>> waiters;
+  };
+  // The models the repositories hold, for one pass.
+  struct Listed {
+    Source* source = nullptr;
+    SourceModel model;
+  };
+  struct Scan {
+    std::map<std::string, Listed> models;
+    std::map<std::string, std::string> duplicates;  // name -> reason
+    std::vector<std::string> errors;                // repositories that could not be listed
+  };
+  // Per-call state of a load and the loads it starts (an ensemble's parts).
+  struct LoadContext {
+    std::set<std::string>* pass = nullptr;       // claimed during this LoadAll / Poll pass (mu_)
+    std::vector<std::string> ensemble_stack;     // to refuse cycles
+    std::map<std::string, std::string> siblings; // name -> folder, beside an archive's model
+    Residency residency = Residency::kPinned;
+    std::optional<Origin> origin;
+    std::string source_fingerprint;              // the listing's fingerprint (poll mode)
+    std::vector<std::string> parts;              // receives the siblings loaded
+  };
+  struct Located {
+    Source* source = nullptr;
+    std::string source_name;
+    std::string dir;
+    FetchStats fetch;
+  };
 
-  absl::Status LoadLocked(const std::string& name, const std::string& dir,
-                          const std::optional<config::ModelConfig>& override_config)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  Scan ScanSources() const;
+  // Claims `name` for one load: waits while another load of it runs (up to the wait limit),
+  // then false if this pass already loaded it. Unclaim when done.
+  absl::StatusOr<bool> Claim(const std::string& name, LoadContext& ctx);
+  void Unclaim(const std::string& name);
+  // Claims, loads, unclaims.
+  absl::Status LoadOne(const std::string& name, const std::string& dir,
+                       const std::optional<config::ModelConfig>& override_config,
+                       LoadContext& ctx);
+  // The load itself; `name` is claimed.
+  absl::Status LoadClaimed(const std::string& name, const std::string& dir,
+                           const std::optional<config::ModelConfig>& override_config,
+                           LoadContext& ctx);
   absl::StatusOr<config::ModelConfig> BuildConfig(
       const std::string& name, const std::string& dir,
       const std::optional<config::ModelConfig>& override_config);
   void SetFailed(const std::string& name, const std::string& dir, const absl::Status& status);
-  // Checks an ensemble's steps against its composing models, loading those that are in a
-  // repository but not loaded (as tritonserver does).
-  absl::Status PrepareEnsemble(const config::ModelConfig& config)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  absl::Status PrepareEnsemble(const config::ModelConfig& config, LoadContext& ctx);
   bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
+  // Finds `source_name` in the repositories (first that holds it) and fetches it locally.
+  absl::StatusOr<Located> Locate(const std::string& source_name);
+  absl::StatusOr<Located> FetchUrl(const std::string& url);
+  // Loads an archive's or URL's root folder: the chosen model as `name`, its parts beside it.
+  absl::Status LoadFromRoot(const std::string& name, const std::string& root, LoadContext& ctx);
+  // The on-demand load of `name`, run on a loader thread.
+  absl::Status LoadOnDemand(const std::string& name, const std::string& source_name);
+  void FinishPending(const std::string& name, const absl::Status& status);
+  static void Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status);
+  void ReapWaiters();
+
+  // Memory budget. Reserve makes room for `bytes` more (evicting) and holds it until Release.
+  // Makes room for `needed` more bytes under the budget by evicting, and (with `reserve`)
+  // holds them in reserved_bytes_ until the caller releases them. RESOURCE_EXHAUSTED when
+  // nothing more can be evicted.
+  absl::Status MakeRoom(const std::string& name, int64_t needed, bool reserve)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvictableLocked(const std::string& name, const Entry& e) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes every version of `name` (and its parts) out of the registry; the caller frees them
+  // outside mu_.
+  void RetireLocked(const std::string& name, std::string_view reason,
+                    std::vector<std::shared_ptr<const Model>>* retired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
+  std::vector<std::unique_ptr<Source>> sources_;
+  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
 
-  inferd::Mutex load_mu_;  // serializes loads and unloads; taken before mu_
-  // Models loaded during the current LoadAll or Poll pass, so an ensemble's composing model
-  // is not loaded twice; null outside a pass.
-  std::set<std::string>* pass_loaded_ ABSL_GUARDED_BY(load_mu_) = nullptr;
-  // Ensembles whose composing models are being loaded, to refuse cycles between ensembles.
-  std::vector<std::string> ensemble_stack_ ABSL_GUARDED_BY(load_mu_);
+  inferd::Mutex pass_mu_;     // one LoadAll / Poll pass at a time
+  inferd::Mutex measure_mu_;  // instance creation, when footprints are RSS growth under a budget
+  std::atomic<int> instantiating_{0};          // loads creating instances right now
+  std::atomic<uint64_t> instantiations_{0};    // ever started (to see an overlap)
+
   mutable inferd::Mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
+  // Names being loaded (any route): a second load of one waits.
+  std::set<std::string, std::less<>> loading_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<PendingLoad>, std::less<>> pending_ ABSL_GUARDED_BY(mu_);
+  // Names no repository held, and when that was seen: a storm of requests for unknown names
+  // does not become a storm of repository listings.
+  std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
+  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<uint64_t> hits_{0};
+
+  // Requests waiting for an on-demand load; the reaper answers those past the wait limit.
+  std::vector<std::shared_ptr<Waiter>> timed_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  inferd::CondVar reaper_cv_;
+  std::thread reaper_;
+
+  std::unique_ptr<WorkerPool> loader_;  // last: its threads stop first
 };
 
 }  // namespace inferd::repository

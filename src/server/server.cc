@@ -20,10 +20,17 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.auto_complete = options_.auto_complete;
   lo.load.cpu_cores = options_.cpu_cores;
   lo.load.max_queue_size = options_.max_queue_size;
+  lo.sources = options_.sources;
+  lo.on_demand = options_.control_mode == ControlMode::kOnDemand;
+  lo.load_threads = options_.load_threads;
+  lo.load_wait = options_.load_wait;
+  lo.memory_budget_bytes = options_.memory_budget_bytes;
+  lo.footprint_from_disk = options_.footprint_from_disk;
+  lo.eviction_policy = options_.eviction_policy;
   // Ensemble steps take the same path as a client's request: validation, then the model.
   lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
-  loader_ = std::make_unique<WorkerPool>(2, 64);
+  loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 256);
 }
 
 Server::~Server() { Shutdown(); }
@@ -36,6 +43,8 @@ const std::vector<std::string>& Server::Extensions() {
 }
 
 absl::Status Server::Start() {
+  // A repository that does not exist or cannot be reached fails the start, whatever the mode.
+  RETURN_IF_ERROR(lifecycle_->Open());
   absl::Status status;
   switch (options_.control_mode) {
     case ControlMode::kNone:
@@ -43,6 +52,7 @@ absl::Status Server::Start() {
       status = lifecycle_->LoadAll();
       break;
     case ControlMode::kExplicit:
+    case ControlMode::kOnDemand:
       for (const auto& name : options_.load_models) {
         absl::Status st = name == "*" ? lifecycle_->LoadAll() : lifecycle_->Load(name);
         if (!st.ok() && status.ok()) status = st;
@@ -145,15 +155,40 @@ absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_v
     }
   }
   for (const auto& m : models) {
-    out.push_back({m->config().name(), inferd::StrCat(m->version()), m->stats().Snapshot()});
+    out.push_back({m->config().name(), inferd::StrCat(m->version()), m->stats().Snapshot(),
+                   lifecycle_->FootprintBytes(m->config().name(), m->version())});
   }
   return out;
 }
 
 void Server::Infer(std::unique_ptr<core::InferRequest> request) {
   if (request->times.received_ns == 0) request->times.received_ns = core::NowNs();
+  InferLoaded(std::move(request), /*may_load=*/true);
+}
+
+void Server::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                           const std::string& source_name) {
+  lifecycle_->WhenAvailable(name, std::move(then), source_name);
+}
+
+void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_load) {
   auto model = lifecycle_->Get(request->model_name, request->model_version);
   if (!model.ok()) {
+    const auto code = model.status().code();
+    if (may_load && (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kUnavailable)) {
+      // Not loaded: the store loads it if it may (on demand, or an evicted model), then the
+      // request goes on from the loader thread; otherwise it is answered at once.
+      const std::string name = request->model_name;
+      auto shared = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(request));
+      lifecycle_->WhenAvailable(name, [this, shared](absl::Status st) {
+        if (!st.ok()) {
+          core::CompleteWithError(std::move(*shared), st);
+          return;
+        }
+        InferLoaded(std::move(*shared), /*may_load=*/false);
+      });
+      return;
+    }
     core::CompleteWithError(std::move(request), model.status());
     return;
   }
@@ -232,6 +267,7 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
          "counter", [](const Row& r) { return double(r.s.compute_output.ns / 1000); });
   family("nv_model_load_duration_secs", "Model load time in seconds", "gauge",
          [](const Row& r) { return r.load_secs; });
+  lifecycle_->CollectMetrics(w);
 }
 
 std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) const {
@@ -244,9 +280,11 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
     done(st);
     return;
   }
-  if (options_.control_mode != ControlMode::kExplicit) {
+  if (options_.control_mode != ControlMode::kExplicit &&
+      options_.control_mode != ControlMode::kOnDemand) {
     done(absl::FailedPreconditionError(
-        "explicit model load / unload is not allowed unless --model-control-mode=explicit"));
+        "explicit model load / unload is not allowed unless --model-control-mode=explicit "
+        "(or on-demand)"));
     return;
   }
   auto task = [this, name = std::move(name), config_json = std::move(config_json), done]() {
@@ -271,9 +309,11 @@ void Server::UnloadModel(std::string name, std::function<void(absl::Status)> don
     done(st);
     return;
   }
-  if (options_.control_mode != ControlMode::kExplicit) {
+  if (options_.control_mode != ControlMode::kExplicit &&
+      options_.control_mode != ControlMode::kOnDemand) {
     done(absl::FailedPreconditionError(
-        "explicit model load / unload is not allowed unless --model-control-mode=explicit"));
+        "explicit model load / unload is not allowed unless --model-control-mode=explicit "
+        "(or on-demand)"));
     return;
   }
   auto task = [this, name = std::move(name), done]() { done(lifecycle_->Unload(name)); };
@@ -282,9 +322,18 @@ void Server::UnloadModel(std::string name, std::function<void(absl::Status)> don
   }
 }
 
-absl::Status Server::LoadModelFromDirectory(const std::string& name, const std::string& dir) {
-  return lifecycle_->LoadFromDirectory(name, dir);
+absl::Status Server::LoadModelFromUrl(const std::string& name, const std::string& url) {
+  return lifecycle_->LoadFromUrl(name, url);
 }
+
+absl::Status Server::ForgetModel(const std::string& name) {
+  RETURN_IF_ERROR(repository::ValidateModelName(name));
+  return lifecycle_->Forget(name);
+}
+
+std::map<std::string, std::string> Server::UrlModels() const { return lifecycle_->UrlModels(); }
+
+bool Server::SubmitLoad(std::function<void()> task) { return loader_->Submit(std::move(task)); }
 
 absl::Status Server::ValidateModelName(std::string_view name) {
   return repository::ValidateModelName(name);

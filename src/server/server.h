@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,9 @@
 
 namespace inferd::server {
 
-enum class ControlMode { kNone, kExplicit, kPoll };
+// tritonserver's modes, plus on-demand: nothing loads at start but --load-model models
+// (pinned); a model's first request loads it, and the memory budget evicts idle ones.
+enum class ControlMode { kNone, kExplicit, kPoll, kOnDemand };
 
 struct ServerOptions {
   std::vector<std::string> repositories;
@@ -37,6 +40,13 @@ struct ServerOptions {
   bool auto_complete = true;
   int cpu_cores = 1;
   size_t max_queue_size = 4096;
+  // The model store (see repository/model_lifecycle.h).
+  repository::SourceOptions sources;                // --model-cache-dir, S3 settings
+  int load_threads = 4;                             // --model-load-thread-count
+  absl::Duration load_wait = absl::Seconds(60);     // --model-load-wait-secs
+  int64_t memory_budget_bytes = 0;                  // --model-memory-budget
+  bool footprint_from_disk = false;                 // --model-memory-accounting=disk
+  std::string eviction_policy = "cost";             // --model-eviction-policy
 };
 
 struct TensorMetadata {
@@ -57,6 +67,7 @@ struct ModelStatistics {
   std::string name;
   std::string version;
   metrics::ModelStatsSnapshot stats;
+  int64_t memory_bytes = 0;  // the version's measured footprint (statistics' memory_usage)
 };
 
 class Server {
@@ -86,8 +97,15 @@ class Server {
   absl::StatusOr<std::vector<ModelStatistics>> GetStatistics(std::string_view name,
                                                              int64_t version) const;
 
-  // Takes ownership; `request->on_complete` is called exactly once, on some thread.
+  // Takes ownership; `request->on_complete` is called exactly once, on some thread. In
+  // on-demand mode a model that is not loaded is loaded first (the request waits for it).
   void Infer(std::unique_ptr<core::InferRequest> request);
+  // Calls `then` once `name` can be looked up: at once when it is loaded or cannot be loaded;
+  // after its on-demand load otherwise (on a loader thread). Frontends wrap metadata and
+  // config requests in it so they load on-demand models too; readiness never does.
+  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel).
+  void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                     const std::string& source_name = "");
 
   std::vector<repository::IndexEntry> RepositoryIndex(bool ready_only) const;
   // Run on the loader pool; `done` is called there. Explicit mode only.
@@ -95,14 +113,24 @@ class Server {
                  std::function<void(absl::Status)> done);
   void UnloadModel(std::string name, std::function<void(absl::Status)> done);
   // Synchronous, in any control mode: for the SageMaker multi-model API, which runs them on
-  // its own threads. Unloading waits for the requests in flight.
-  absl::Status LoadModelFromDirectory(const std::string& name, const std::string& dir);
+  // a loader thread. `url`: a model folder, an archive, or an s3:// object. The model is
+  // evictable under the memory budget and loads again on its next request.
+  absl::Status LoadModelFromUrl(const std::string& name, const std::string& url);
+  // Unloads `name` and forgets where it came from. Waits for the requests in flight.
+  absl::Status ForgetModel(const std::string& name);
+  // Models loaded by LoadModelFromUrl, with their URLs.
+  std::map<std::string, std::string> UrlModels() const;
+  bool on_demand() const { return options_.control_mode == ControlMode::kOnDemand; }
+  int64_t memory_budget_bytes() const { return options_.memory_budget_bytes; }
+  // Runs `task` on the store's loader pool; false when its queue is full.
+  bool SubmitLoad(std::function<void()> task);
   // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
   static absl::Status ValidateModelName(std::string_view name);
   absl::Status UnloadModelNow(const std::string& name);
 
  private:
   void PollLoop();
+  void InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_load);
   void CollectMetrics(metrics::PrometheusWriter& w) const;
 
   const ServerOptions options_;

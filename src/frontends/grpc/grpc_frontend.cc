@@ -24,6 +24,12 @@ grpc::Status Unimplemented(std::string_view what) {
 }
 
 void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics* out) {
+  if (m.memory_bytes > 0) {
+    auto* usage = out->add_memory_usage();
+    usage->set_type("CPU");
+    usage->set_id(0);
+    usage->set_byte_size(static_cast<uint64_t>(m.memory_bytes));
+  }
   const auto& s = m.stats;
   out->set_name(m.name);
   out->set_version(m.version);
@@ -223,19 +229,25 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
-    auto md = server_->GetModelMetadata(req->name(), *v);
-    if (!md.ok()) return Done(ctx, ToGrpcStatus(md.status()));
-    resp->set_name(md->name);
-    for (const auto& ver : md->versions) resp->add_versions(ver);
-    resp->set_platform(md->platform);
-    auto fill = [](const server::TensorMetadata& t, auto* out) {
-      out->set_name(t.name);
-      out->set_datatype(std::string(DataTypeName(t.datatype)));
-      for (int64_t d : t.shape) out->add_shape(d);
-    };
-    for (const auto& t : md->inputs) fill(t, resp->add_inputs());
-    for (const auto& t : md->outputs) fill(t, resp->add_outputs());
-    return Done(ctx, grpc::Status::OK);
+    // An on-demand model loads first; the reactor finishes on the loader thread then.
+    auto* reactor = ctx->DefaultReactor();
+    server_->WhenAvailable(req->name(), [this, reactor, req, resp, version = *v](absl::Status st) {
+      if (!st.ok()) return reactor->Finish(ToGrpcStatus(st));
+      auto md = server_->GetModelMetadata(req->name(), version);
+      if (!md.ok()) return reactor->Finish(ToGrpcStatus(md.status()));
+      resp->set_name(md->name);
+      for (const auto& ver : md->versions) resp->add_versions(ver);
+      resp->set_platform(md->platform);
+      auto fill = [](const server::TensorMetadata& t, auto* out) {
+        out->set_name(t.name);
+        out->set_datatype(std::string(DataTypeName(t.datatype)));
+        for (int64_t d : t.shape) out->add_shape(d);
+      };
+      for (const auto& t : md->inputs) fill(t, resp->add_inputs());
+      for (const auto& t : md->outputs) fill(t, resp->add_outputs());
+      reactor->Finish(grpc::Status::OK);
+    });
+    return reactor;
   }
 
   ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const inference::ModelInferRequest* req,
@@ -278,10 +290,15 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kModelConfig)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
-    auto cfg = server_->GetModelConfig(req->name(), *v);
-    if (!cfg.ok()) return Done(ctx, ToGrpcStatus(cfg.status()));
-    *resp->mutable_config() = *cfg;
-    return Done(ctx, grpc::Status::OK);
+    auto* reactor = ctx->DefaultReactor();
+    server_->WhenAvailable(req->name(), [this, reactor, req, resp, version = *v](absl::Status st) {
+      if (!st.ok()) return reactor->Finish(ToGrpcStatus(st));
+      auto cfg = server_->GetModelConfig(req->name(), version);
+      if (!cfg.ok()) return reactor->Finish(ToGrpcStatus(cfg.status()));
+      *resp->mutable_config() = *cfg;
+      reactor->Finish(grpc::Status::OK);
+    });
+    return reactor;
   }
 
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx,

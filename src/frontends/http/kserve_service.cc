@@ -198,9 +198,16 @@ void KServeHttpService::Handle(const HttpRequest& request,
         version = *v;
         next = 5;
       }
+      // Metadata and config load an on-demand model first (readiness never does).
+      auto after_load = [this, &model, &reply](std::function<HttpResponse()> make) {
+        server_->WhenAvailable(model, [reply, make = std::move(make)](absl::Status st) {
+          if (!st.ok()) return reply([st] { return ErrorResponse(st); });
+          reply(make);
+        });
+      };
       if (s.size() == next) {
         if (!get) return method_not_allowed();
-        return now(ModelMetadata(model, version));
+        return after_load([this, model, version] { return ModelMetadata(model, version); });
       }
       if (s.size() == next + 1) {
         const std::string& action = s[next];
@@ -214,12 +221,14 @@ void KServeHttpService::Handle(const HttpRequest& request,
         }
         if (action == "config") {
           if (!get) return method_not_allowed();
-          auto cfg = server_->GetModelConfig(model, version);
-          if (!cfg.ok()) return now(ErrorResponse(cfg.status()));
-          HttpResponse r;
-          r.content_type = "application/json";
-          r.body = config::ModelConfigToJson(*cfg);
-          return now(std::move(r));
+          return after_load([this, model, version] {
+            auto cfg = server_->GetModelConfig(model, version);
+            if (!cfg.ok()) return ErrorResponse(cfg.status());
+            HttpResponse r;
+            r.content_type = "application/json";
+            r.body = config::ModelConfigToJson(*cfg);
+            return r;
+          });
         }
         if (action == "stats") {
           if (!get) return method_not_allowed();
@@ -263,6 +272,23 @@ void KServeHttpService::InferWithHeaderLength(const HttpRequest& request,
   };
   const uint64_t received = core::NowNs();
   absl::StatusOr<ParsedInfer> parsed;
+  if (header_length && *header_length == 0 && !server_->IsModelReady(model, -1) &&
+      server_->on_demand()) {
+    // A raw body needs the model's config: load an on-demand model first.
+    auto req = std::make_shared<HttpRequest>(request);
+    server_->WhenAvailable(model, [this, req, body_owner, model, version, header_length,
+                                   reply](absl::Status st) mutable {
+      if (!st.ok()) return reply([st] { return ErrorResponse(st); });
+      if (!server_->IsModelReady(model, -1)) {
+        return reply([this, model, version] {
+          return ErrorResponse(server_->GetModelConfig(model, version).status());
+        });
+      }
+      InferWithHeaderLength(*req, std::move(body_owner), model, version, header_length,
+                            std::move(reply));
+    });
+    return;
+  }
   if (header_length && *header_length == 0) {
     // A raw body is the data of the model's only input.
     auto cfg = server_->GetModelConfig(model, version);
@@ -365,6 +391,16 @@ HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t ver
     w.EndArray();
     w.Key("memory_usage");
     w.StartArray();
+    if (m.memory_bytes > 0) {
+      w.StartObject();
+      w.Key("type");
+      w.String("CPU");
+      w.Key("id");
+      w.Int64(0);
+      w.Key("byte_size");
+      w.Uint64(static_cast<uint64_t>(m.memory_bytes));
+      w.EndObject();
+    }
     w.EndArray();
     w.EndObject();
   }
