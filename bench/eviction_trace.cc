@@ -273,6 +273,11 @@ class GdsfReference final : public EvictionPolicy {
     it->second.frequency += 1;
     Touch(it->second);
   }
+  void OnUsedBatch(const std::vector<inferd::repository::RequestCount>& counts) override {
+    for (const auto& c : counts) {
+      for (uint64_t i = 0; i < c.requests; ++i) OnUsed(c.model);
+    }
+  }
   void OnUnloaded(const std::string& model) override { entries_[model].resident = false; }
   absl::StatusOr<std::vector<std::string>> ChooseVictims(
       int64_t needed_bytes, int64_t resident_bytes, int64_t budget_bytes,

@@ -31,6 +31,12 @@
 
 namespace inferd::repository {
 
+// Requests for one model, counted by the owner outside its mutex and reported at once.
+struct RequestCount {
+  std::string model;
+  uint64_t requests = 0;
+};
+
 // Not thread-safe: the owner serializes every call (the model store holds its mutex while it
 // calls). A policy lives as long as the store that owns it.
 class EvictionPolicy {
@@ -44,8 +50,16 @@ class EvictionPolicy {
   // would cost again). Calling it again for a resident model (a reload) updates both.
   virtual void OnLoaded(const std::string& model, int64_t bytes, double load_seconds) = 0;
   // One request for `model`: call it for every request, including the one that caused the
-  // load (after OnLoaded). Requests for a model that was never loaded are ignored.
+  // load (after OnLoaded). Requests for a model that was never loaded are ignored; the
+  // cost-aware policy counts those for a model it remembers, even while it is unloaded.
   virtual void OnUsed(const std::string& model) = 0;
+  // The same for requests counted outside the owner's mutex (an atomic per model, so that
+  // serving a request takes no exclusive lock) and reported together, before ChooseVictims:
+  // the requests per model since the last report, least recently used model first. How they
+  // interleaved is unknown, so they count as spread evenly over the batch; reporting them with
+  // one OnUsed per request, model after model, would make the first model's requests look
+  // older than the last one's by the whole batch.
+  virtual void OnUsedBatch(const std::vector<RequestCount>& counts) = 0;
   // `model` is no longer resident (evicted, or unloaded on request). Ignored if not resident.
   virtual void OnUnloaded(const std::string& model) = 0;
 

@@ -32,6 +32,7 @@ class Store {
   void Use(const std::string& name, int times = 1) {
     for (int i = 0; i < times; ++i) policy_->OnUsed(name);
   }
+  void UseBatch(const std::vector<RequestCount>& counts) { policy_->OnUsedBatch(counts); }
   void Unload(const std::string& name) {
     resident_.erase(name);
     policy_->OnUnloaded(name);
@@ -201,6 +202,64 @@ TEST(EvictionPolicyTest, LoadTimePerByteDecides) {
   store.Load("fast", 1 * kGB, 0.5);
   store.Use("fast", 2);
   EXPECT_THAT(*store.Victims(500 * kMB), ElementsAre("fast"));
+}
+
+// A store that counts requests outside its mutex reports them in batches. Model after model,
+// one OnUsed per request, the first model's requests would look a whole batch older than the
+// last one's; OnUsedBatch counts them as interleaved.
+TEST(EvictionPolicyTest, BatchedRequestsCountAsInterleaved) {
+  Store batched = CostAware(200 * kMB);
+  Store one_by_one = CostAware(200 * kMB);
+  for (Store* store : {&batched, &one_by_one}) {
+    store->Load("a", 100 * kMB, 0.5);
+    store->Load("b", 100 * kMB, 0.5);
+  }
+  batched.UseBatch({{"a", 4100}, {"b", 4000}});
+  one_by_one.Use("a", 4100);
+  one_by_one.Use("b", 4000);
+  EXPECT_THAT(*batched.Victims(100 * kMB), ElementsAre("b"));     // a had more requests
+  EXPECT_THAT(*one_by_one.Victims(100 * kMB), ElementsAre("a"));  // a's look older
+}
+
+// A batch of one model's requests weighs as those requests one by one (both decay alike).
+TEST(EvictionPolicyTest, BatchOfOneModelWeighsAsItsRequests) {
+  Store batched = CostAware(200 * kMB);
+  Store one_by_one = CostAware(200 * kMB);
+  for (Store* store : {&batched, &one_by_one}) {
+    store->Load("old", 100 * kMB, 0.5);
+    store->Load("new", 100 * kMB, 0.5);
+  }
+  batched.UseBatch({{"old", 3000}});
+  one_by_one.Use("old", 3000);
+  for (Store* store : {&batched, &one_by_one}) {
+    store->Use("new", 2000);  // "old" halves to ~930 requests; "new" has ~1440
+    EXPECT_THAT(*store->Victims(100 * kMB), ElementsAre("old"));
+  }
+}
+
+// Unknown models and empty counts in a batch are ignored; LRU takes the batch's order as the
+// order of use.
+TEST(EvictionPolicyTest, BatchesIgnoreUnknownModelsAndKeepTheOrder) {
+  for (Store& store : BothPolicies(300 * kMB)) {
+    SCOPED_TRACE(store.policy_name());
+    for (const char* name : {"a", "b", "c"}) store.Load(name, 100 * kMB, 0.5);
+    store.UseBatch({{"never-loaded", 5}, {"b", 1}, {"a", 1}, {"c", 0}});
+    EXPECT_THAT(*store.Victims(300 * kMB), ElementsAre("c", "b", "a"));
+  }
+}
+
+// Requests for models never loaded (404s, say) do not age the counts of the others.
+TEST(EvictionPolicyTest, UnknownModelsDoNotAgeTheOthers) {
+  CostAwareOptions options;
+  options.frequency_half_life_requests = 100;
+  Store store = CostAware(200 * kMB, options);
+  store.Load("regular", 100 * kMB, 0.5);
+  store.Use("regular", 10);
+  store.Use("never-loaded", 1000);
+  store.UseBatch({{"never-loaded-either", 1000}});
+  store.Load("new", 100 * kMB, 0.5);
+  store.Use("new", 2);
+  EXPECT_THAT(*store.Victims(100 * kMB), ElementsAre("new"));
 }
 
 // Of two models that take as long to load and are used alike, the larger goes: evicting it
