@@ -563,7 +563,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
         if (auto it = scan->models.find(step.model_name);
             it != scan->models.end() && !it->second.model.archive) {
           FetchStats stats;
-          auto fetched = it->second.source->Fetch(step.model_name, &stats);
+          auto fetched = FetchCounted(it->second.source, step.model_name, &stats);
           if (!fetched.ok()) {
             return absl::InvalidArgumentError(StrCat(where, ": ", fetched.status().message()));
           }
@@ -605,17 +605,21 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
 
 // ---- entry points ----------------------------------------------------------------------------
 
+absl::StatusOr<std::string> ModelLifecycle::FetchCounted(Source* source, const std::string& name,
+                                                         FetchStats* stats) {
+  auto dir = source->Fetch(name, stats);
+  inferd::MutexLock lock(&mu_);
+  counters_.download_seconds += stats->download_seconds;
+  counters_.download_bytes += static_cast<uint64_t>(stats->bytes_downloaded);
+  if (dir.ok() && stats->cache_hit && source->remote()) ++counters_.fetch_cache_hits;
+  return dir;
+}
+
 absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string& source_name) {
   for (const auto& source : sources_) {
     Located found;
-    auto dir = source->Fetch(source_name, &found.fetch);
+    auto dir = FetchCounted(source.get(), source_name, &found.fetch);
     if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
-    {
-      inferd::MutexLock lock(&mu_);
-      counters_.download_seconds += found.fetch.download_seconds;
-      counters_.download_bytes += static_cast<uint64_t>(found.fetch.bytes_downloaded);
-      if (found.fetch.cache_hit && source->remote()) ++counters_.fetch_cache_hits;
-    }
     if (!dir.ok()) return dir.status();
     found.source = source.get();
     found.source_name = source_name;
@@ -644,6 +648,13 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::stri
           StrCat("'url' ", url, " is a file but not a .tar.gz, .tgz or .tar archive"));
     }
   }
+  if (url.rfind("s3://", 0) == 0) {
+    const std::string_view rest = std::string_view(url).substr(5);
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || slash == 0 || slash + 1 >= rest.size()) {
+      return absl::InvalidArgumentError(StrCat("'url' ", url, " must be s3://<bucket>/<key>"));
+    }
+  }
   // An archive or an S3 object: fetched through a source for its parent folder or prefix.
   std::string parent = url;
   while (!parent.empty() && parent.back() == '/') parent.pop_back();
@@ -656,7 +667,7 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::stri
   if (parent.empty()) parent = "/";
   auto source = OpenSource(parent, options_.sources);
   if (!source.ok()) return source.status();
-  auto dir = (*source)->Fetch(leaf, &found.fetch);
+  auto dir = FetchCounted(source->get(), leaf, &found.fetch);
   if (!dir.ok()) {
     // The caller's URL is wrong (missing object, denied): a client error naming it.
     if (dir.status().code() == absl::StatusCode::kNotFound ||
@@ -664,12 +675,6 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::stri
       return absl::InvalidArgumentError(dir.status().message());
     }
     return dir.status();
-  }
-  {
-    inferd::MutexLock lock(&mu_);
-    counters_.download_seconds += found.fetch.download_seconds;
-    counters_.download_bytes += static_cast<uint64_t>(found.fetch.bytes_downloaded);
-    if (found.fetch.cache_hit && (*source)->remote()) ++counters_.fetch_cache_hits;
   }
   found.dir = *dir;
   return found;
@@ -712,7 +717,7 @@ absl::Status ModelLifecycle::Load(const std::string& name,
                        "' in the model repository"));
   }
   FetchStats stats;
-  auto dir = it->second.source->Fetch(name, &stats);
+  auto dir = FetchCounted(it->second.source, name, &stats);
   if (!dir.ok()) return dir.status();
   LoadContext ctx;
   ctx.residency = Residency::kPinned;
@@ -746,7 +751,7 @@ absl::Status ModelLifecycle::LoadAll() {
                  &outstanding] {
       absl::Status st;
       FetchStats stats;
-      auto dir = listed.source->Fetch(name, &stats);
+      auto dir = FetchCounted(listed.source, name, &stats);
       if (!dir.ok()) {
         st = dir.status();
         SetFailed(name, "", st);
@@ -934,7 +939,7 @@ void ModelLifecycle::Poll() {
   for (const auto& [name, listed] : changed) {
     LOG_INFO << "poll: loading new or changed model '" << name << "'";
     FetchStats stats;
-    auto dir = listed.source->Fetch(name, &stats);
+    auto dir = FetchCounted(listed.source, name, &stats);
     if (!dir.ok()) {
       SetFailed(name, "", dir.status());
       continue;
@@ -1111,17 +1116,18 @@ absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, b
         return absl::OkStatus();
       }
       // The policy sees how each model has been used since it last looked (requests only
-      // bump two atomics), oldest use first so recency stays in order. A block of uses is
-      // replayed up to two half-lives' worth; the policy's frequencies saturate past that.
-      std::vector<std::tuple<uint64_t, const std::string*, uint64_t>> used;
+      // bump two atomics), least recently used first so recency stays in order.
+      std::vector<std::pair<uint64_t, RequestCount>> used;
       for (const auto& [n, e] : entries_) {
         const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
-        if (uses > 0) used.emplace_back(e.usage->last_used_ns.load(), &n, uses);
+        if (uses > 0) used.push_back({e.usage->last_used_ns.load(), RequestCount{n, uses}});
       }
-      std::sort(used.begin(), used.end());
-      for (const auto& [last, n, uses] : used) {
-        for (uint64_t k = 0; k < std::min<uint64_t>(uses, 4096); ++k) policy_->OnUsed(*n);
-      }
+      std::sort(used.begin(), used.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<RequestCount> counts;
+      counts.reserve(used.size());
+      for (auto& [last, c] : used) counts.push_back(std::move(c));
+      if (!counts.empty()) policy_->OnUsedBatch(counts);
       auto evictable = [this, &name](const std::string& n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (n == name) return false;
         auto it = entries_.find(n);
@@ -1142,8 +1148,14 @@ absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, b
             held.push_back(StrCat(n, " ", bytes, " (", why, ")"));
           }
         }
+        int64_t wants = needed;
+        if (wants == 0) {  // the check after a load: the model's measured footprint
+          if (auto it = entries_.find(name); it != entries_.end()) {
+            for (const auto& [v, slot] : it->second.versions) wants += slot.footprint;
+          }
+        }
         return absl::ResourceExhaustedError(StrCat(
-            "model '", name, "' needs about ", needed, " bytes but the memory budget (",
+            "model '", name, "' needs about ", wants, " bytes but the memory budget (",
             "--model-memory-budget) is ", budget, " bytes and ", resident,
             " are resident or reserved, none of it evictable: ",
             held.empty() ? std::string("no model is loaded") : StrJoin(held, ", ")));

@@ -243,6 +243,9 @@ class ModelLifecycle {
   bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
   // Finds `source_name` in the repositories (first that holds it) and fetches it locally.
   absl::StatusOr<Located> Locate(const std::string& source_name);
+  // source->Fetch, with what it downloaded counted in the metrics.
+  absl::StatusOr<std::string> FetchCounted(Source* source, const std::string& name,
+                                           FetchStats* stats);
   absl::StatusOr<Located> FetchUrl(const std::string& url);
   // Loads an archive's or URL's root folder: the chosen model as `name`, its parts beside it.
   absl::Status LoadFromRoot(const std::string& name, const std::string& root, LoadContext& ctx);
