@@ -7,11 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <memory>
 #include <string_view>
+#include <system_error>
+#include <thread>
 
+#include "common/mutex.h"
 #include "common/strings.h"
 
 namespace inferd::repository {
@@ -203,8 +207,8 @@ la_ssize_t ReadChunk(struct archive* a, void* user, const void** buffer) {
   return static_cast<la_ssize_t>(chunk->size());
 }
 
-// Reads what libarchive left unread after the end-of-archive marker (padding, the gzip
-// trailer), so every error and length check of the stream runs.
+// Reads what libarchive left unread (after the end-of-archive marker, or once the untar stage
+// stopped), so every error and length check of the stream runs.
 absl::Status DrainStream(StreamContext& ctx) {
   while (ctx.status.ok() && !ctx.at_end) {
     absl::StatusOr<std::string_view> chunk = (*ctx.read)();
@@ -212,6 +216,119 @@ absl::Status DrainStream(StreamContext& ctx) {
     ctx.at_end = chunk->empty();
   }
   return ctx.status;
+}
+
+// Decompressed bytes on their way from the gunzip thread to the untar thread: a queue of
+// chunks bounded in bytes. One producer, one consumer.
+class ChunkPipe {
+ public:
+  explicit ChunkPipe(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // Producer: false once the consumer wants no more.
+  bool Push(std::string chunk) {
+    inferd::MutexLock lock(&mu_);
+    auto has_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopped_ || queued_bytes_ < max_bytes_;
+    };
+    mu_.Await(absl::Condition(&has_room));
+    if (stopped_) return false;
+    queued_bytes_ += chunk.size();
+    chunks_.push_back(std::move(chunk));
+    return true;
+  }
+  // Producer: no more bytes; OK at the end of the data, else the producer's error.
+  void Close(const absl::Status& status) {
+    inferd::MutexLock lock(&mu_);
+    closed_ = true;
+    status_ = status;
+  }
+  // Consumer: the next chunk (valid until the next call), empty at the end, or the producer's
+  // error.
+  absl::StatusOr<std::string_view> Next() {
+    current_.clear();
+    inferd::MutexLock lock(&mu_);
+    auto readable = [&]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !chunks_.empty() || closed_; };
+    mu_.Await(absl::Condition(&readable));
+    if (chunks_.empty()) {
+      if (!status_.ok()) return status_;
+      return std::string_view();
+    }
+    current_ = std::move(chunks_.front());
+    chunks_.pop_front();
+    queued_bytes_ -= current_.size();
+    return std::string_view(current_);
+  }
+  // Consumer: wants no more (done or failed); a waiting or later Push returns false.
+  void Stop() {
+    inferd::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  const size_t max_bytes_;
+  inferd::Mutex mu_;
+  std::deque<std::string> chunks_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::string current_;  // the consumer's chunk, which libarchive reads in place
+};
+
+// Enough decompressed bytes queued that neither stage waits on the other's hiccups.
+constexpr size_t kPipeBytes = size_t{4} << 20;
+
+// Stage one, on its own thread: `read`'s bytes through libarchive's decompression filters
+// (the raw format: no archive format, any compression or none) into `pipe`. Once the untar
+// stage wants no more (it reached the end of the archive, or failed) the rest of the
+// compressed stream is still read, undecompressed, so every error of the source surfaces.
+absl::Status Decompress(const ArchiveChunkReader& read, std::string_view what, ChunkPipe& pipe) {
+  ArchivePtr a(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_raw(a.get());
+  StreamContext ctx;
+  ctx.read = &read;
+  Extraction x;
+  x.a = a.get();
+  x.what = what;
+  x.source_status = &ctx.status;
+  archive_entry* entry = nullptr;
+  if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
+    return ReadError(x);
+  }
+  int r = archive_read_next_header(a.get(), &entry);
+  if (r == ARCHIVE_EOF) return DrainStream(ctx);  // no bytes at all
+  if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ReadError(x);
+  for (;;) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    la_int64_t offset = 0;
+    r = archive_read_data_block(a.get(), &buf, &size, &offset);
+    if (r == ARCHIVE_EOF) break;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return ReadError(x);
+    if (!pipe.Push(std::string(static_cast<const char*>(buf), size))) break;
+  }
+  return DrainStream(ctx);
+}
+
+// Stage two, on the calling thread: the decompressed bytes as an archive, into `root`.
+absl::Status Untar(ChunkPipe& pipe, std::string_view what, const fs::path& root,
+                   const ExtractLimits& limits) {
+  ArchivePtr a = NewReader();
+  const ArchiveChunkReader next = [&pipe] { return pipe.Next(); };
+  StreamContext ctx;
+  ctx.read = &next;
+  Extraction x;
+  x.a = a.get();
+  x.what = what;
+  x.root = root;
+  x.limits = limits;
+  x.source_status = &ctx.status;
+  if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
+    return ReadError(x);
+  }
+  return ExtractEntries(x);
 }
 
 }  // namespace
@@ -234,23 +351,29 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
 }
 
 absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_view what,
-                                  const std::string& dest_dir, const ExtractLimits& limits) {
+                                  const std::string& dest_dir, const ExtractLimits& limits,
+                                  const std::function<void()>& cancel) {
   absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
   if (!root.ok()) return root.status();
-  ArchivePtr a = NewReader();
-  StreamContext ctx;
-  ctx.read = &read;
-  Extraction x;
-  x.a = a.get();
-  x.what = what;
-  x.root = *std::move(root);
-  x.limits = limits;
-  x.source_status = &ctx.status;
-  if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
-    return ReadError(x);
+  ChunkPipe pipe(kPipeBytes);
+  absl::Status decompressed;
+  std::thread gunzip;
+  try {
+    gunzip = std::thread([&] {
+      decompressed = Decompress(read, what, pipe);
+      pipe.Close(decompressed);
+    });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        StrCat("cannot start a thread to extract '", what, "': ", e.what()));
   }
-  if (absl::Status st = ExtractEntries(x); !st.ok()) return st;
-  return DrainStream(ctx);
+  absl::Status untarred = Untar(pipe, what, *root, limits);
+  pipe.Stop();
+  if (!untarred.ok() && cancel) cancel();  // a read waiting for bytes returns now
+  gunzip.join();
+  // An error the gunzip stage met reaches the untar stage through the pipe, as it was.
+  if (!untarred.ok()) return untarred;
+  return decompressed;
 }
 
 }  // namespace inferd::repository

@@ -3,7 +3,8 @@
 // FIFOs are refused, and the total size and entry count are capped. A corrupt archive is an
 // INVALID_ARGUMENT error with libarchive's reason.
 //
-// Two ways in, one implementation: a file on disk (`ExtractArchive`), or a stream of chunks
+// Two ways in, one set of rules (one implementation of them): a file on disk
+// (`ExtractArchive`, on the calling thread only, as the fuzzer wants), or a stream of chunks
 // (`ExtractArchiveStream`), which lets a download feed gunzip and untar while it is still
 // arriving, with no temporary archive on disk.
 #pragma once
@@ -32,11 +33,16 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
 using ArchiveChunkReader = std::function<absl::StatusOr<std::string_view>()>;
 
 // Extracts the archive `read` yields into `dest_dir`, with ExtractArchive's rules; `what`
-// names the archive in messages ("s3://bucket/model.tar.gz"). The stream is read to its end
-// even past the archive's end marker, so a short or failed stream is always an error. An
-// error from `read` is returned as it is (a failed download, not a corrupt archive).
-// Runs on the calling thread; `read` is only called from it.
+// names the archive in messages ("s3://bucket/model.tar.gz"). Two stages overlap: a helper
+// thread calls `read` and decompresses (gunzip, or whatever filter the bytes carry) into a
+// bounded pipe (4 MiB), and the calling thread untars from it and writes the files. The
+// stream is read to its end even past the archive's end marker, so a short or failed stream
+// is always an error; an error from `read` is returned as it is (a failed download, not a
+// corrupt archive). When the extraction fails before the stream ends, `cancel` (if set) is
+// called so that a `read` waiting for bytes returns (with an error) instead of waiting on.
+// `read` is called from the helper thread only, one call at a time.
 absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_view what,
-                                  const std::string& dest_dir, const ExtractLimits& limits = {});
+                                  const std::string& dest_dir, const ExtractLimits& limits = {},
+                                  const std::function<void()>& cancel = nullptr);
 
 }  // namespace inferd::repository

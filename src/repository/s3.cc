@@ -805,9 +805,9 @@ absl::Status ExtractS3Archive(const S3Config& config, const S3Location& location
     return absl::ResourceExhaustedError(
         StrCat(what, ": cannot start a download thread: ", e.what()));
   }
-  absl::Status extracted =
-      ExtractArchiveStream([&stream] { return stream.Next(); }, what, dest_dir, limits);
-  if (!extracted.ok()) stream.Stop();
+  absl::Status extracted = ExtractArchiveStream([&stream] { return stream.Next(); }, what, dest_dir,
+                                                limits, [&stream] { stream.Stop(); });
+  stream.Stop();  // nobody reads any more: downloads waiting for room give up (none after success)
   downloader.join();
   // A failed download also fails the extraction; the download's reason is the one to report.
   if (!download.ok() && !absl::IsCancelled(download)) return download;

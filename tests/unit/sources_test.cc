@@ -49,9 +49,9 @@ struct Entry {
 };
 
 // Writes a gzip-compressed tar archive holding `entries`, in order.
-void WriteTarGz(const fs::path& out, const std::vector<Entry>& entries) {
+void WriteTarGz(const fs::path& out, const std::vector<Entry>& entries, bool gzip = true) {
   archive* a = archive_write_new();
-  archive_write_add_filter_gzip(a);
+  if (gzip) archive_write_add_filter_gzip(a);
   archive_write_set_format_pax_restricted(a);
   ASSERT_EQ(archive_write_open_filename(a, out.c_str()), ARCHIVE_OK);
   for (const auto& e : entries) {
@@ -262,6 +262,24 @@ TEST_F(ArchiveTest, StreamReturnsTheReadersErrorNotACorruptArchive) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("s3://b/m.tar.gz"));
 }
 
+// `data` gzip-compressed (libarchive's raw format: one stream, no archive format).
+std::string Gzip(const fs::path& scratch, const std::string& data) {
+  archive* a = archive_write_new();
+  archive_write_add_filter_gzip(a);
+  archive_write_set_format_raw(a);
+  EXPECT_EQ(archive_write_open_filename(a, scratch.c_str()), ARCHIVE_OK);
+  archive_entry* entry = archive_entry_new();
+  archive_entry_set_pathname(entry, "data");
+  archive_entry_set_filetype(entry, AE_IFREG);
+  archive_entry_set_size(entry, data.size());
+  EXPECT_EQ(archive_write_header(a, entry), ARCHIVE_OK) << archive_error_string(a);
+  archive_write_data(a, data.data(), data.size());
+  archive_entry_free(entry);
+  archive_write_close(a);
+  archive_write_free(a);
+  return ReadFile(scratch);
+}
+
 TEST_F(ArchiveTest, StreamIsReadToItsEnd) {
   // The archive is whole, but the stream fails after it (a short download whose missing bytes
   // were only padding): still an error.
@@ -271,6 +289,43 @@ TEST_F(ArchiveTest, StreamIsReadToItsEnd) {
       ExtractArchiveStream(ChunksOf(bytes, 4096, absl::DataLossError("short by 10 bytes")),
                            "s3://b/m.tar.gz", (dir_ / "out").string());
   EXPECT_EQ(st, absl::DataLossError("short by 10 bytes"));
+  // The same with 32 MiB of zeros after the end-of-archive marker (tar pads to its record
+  // size): the untar stage stops at the marker while the gunzip stage is still inflating, and
+  // the rest of the stream must still be read.
+  WriteTarGz(dir_ / "m.tar", SampleModel(), /*gzip=*/false);
+  const std::string padded =
+      Gzip(dir_ / "padded.gz", ReadFile(dir_ / "m.tar") + std::string(32 << 20, '\0'));
+  st = ExtractArchiveStream(ChunksOf(padded, 4096), "s3://b/m.tar.gz", (dir_ / "out2").string());
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(ReadTree(dir_ / "out2"), RegularFiles(SampleModel()));
+  st = ExtractArchiveStream(ChunksOf(padded, 4096, absl::DataLossError("short by 10 bytes")),
+                            "s3://b/m.tar.gz", (dir_ / "out3").string());
+  EXPECT_EQ(st, absl::DataLossError("short by 10 bytes"));
+}
+
+TEST_F(ArchiveTest, StreamStopsItsReaderWhenTheExtractionFails) {
+  // An entry refused early; the reader would block: `cancel` is called, and after it the
+  // reader fails at once.
+  WriteTarGz(dir_ / "m.tar.gz", {{"../evil.txt", "x"}, {"model/big", RandomBytes(1 << 20, 7)}});
+  const std::string bytes = ReadFile(dir_ / "m.tar.gz");
+  std::atomic<bool> cancelled{false};
+  std::atomic<size_t> pos{0};
+  ArchiveChunkReader read = [&]() -> absl::StatusOr<std::string_view> {
+    // Past the end a real download would wait for bytes that never come: only cancel ends it
+    // (or, if cancel is never called, this test's patience).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (pos >= bytes.size() && !cancelled && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (cancelled) return absl::CancelledError("stopped");
+    std::string_view out = std::string_view(bytes).substr(pos, 512);
+    pos += out.size();
+    return out;
+  };
+  absl::Status st = ExtractArchiveStream(read, "s3://b/m.tar.gz", (dir_ / "out").string(), {},
+                                         [&] { cancelled = true; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(cancelled);
 }
 
 // ---- S3 without a network ---------------------------------------------------------------------
