@@ -78,6 +78,28 @@ def index(srv):
     return {e["name"]: e for e in r.json()}
 
 
+@pytest.fixture(scope="module")
+def warmup_rate(tmp_path_factory, example_models, logs_dir):
+    """Warmup runs per second of load on this machine and build (sanitizers are slower), so a
+    test can make a load that takes a given time."""
+    repo = tmp_path_factory.mktemp("calibrate")
+    add_simple(repo, example_models, "probe", warmup=20000)
+    srv = launch(repo, ["--model-control-mode=explicit", "--load-model=probe"], logs_dir)
+    try:
+        deadline = time.monotonic() + 300
+        while "loaded model 'probe' in" not in srv.log():
+            assert srv.proc.poll() is None and time.monotonic() < deadline, srv.log()
+            time.sleep(0.1)
+        seconds = float(re.search(r"loaded model 'probe' in (\S+) s", srv.log()).group(1))
+    finally:
+        srv.stop()
+    return 20000 / max(seconds, 1e-3)
+
+
+def slow_count(warmup_rate, seconds):
+    return max(1000, int(warmup_rate * seconds))
+
+
 def simple_size(example_models):
     return sum(f.stat().st_size for f in (Path(example_models) / "simple" / "1").rglob("*")
                if f.is_file())
@@ -131,38 +153,41 @@ def test_grpc_metadata_loads_on_demand(make_repo, server_factory, example_models
         assert stats.model_stats[0].memory_usage[0].byte_size > 0
 
 
-def test_fifty_racing_first_requests_share_one_load(make_repo, server_factory, example_models):
+def test_fifty_racing_first_requests_share_one_load(make_repo, server_factory, example_models,
+                                                    warmup_rate):
     repo = make_repo({})
-    add_simple(repo, example_models, "slow", warmup=40000)  # about a second to load
+    add_simple(repo, example_models, "slow", warmup=slow_count(warmup_rate, 1))  # 1 s to load
     srv = server_factory(repo, ["--model-control-mode=on-demand"])
     with futures.ThreadPoolExecutor(50) as pool:
         results = list(pool.map(lambda _: infer(srv, "slow", simple_inputs()), range(50)))
     for r in results:
         check_simple(r)
-    time.sleep(2)  # longer than a load: a second one would have finished by now
+    time.sleep(2.5)  # longer than a load: a second one would have finished by now
     assert metric(srv, 'inferd_model_loads_total{result="success"}') == 1
     assert srv.log().count("loaded model 'slow' in") == 1
     assert metric(srv, "inferd_model_load_waits_total") >= 2  # they did race
 
 
-def test_wait_limit_answers_503_then_the_load_serves(make_repo, server_factory, example_models):
+def test_wait_limit_answers_503_then_the_load_serves(make_repo, server_factory, example_models,
+                                                     warmup_rate):
     repo = make_repo({})
-    add_simple(repo, example_models, "slow", warmup=150000)  # a few seconds
+    add_simple(repo, example_models, "slow", warmup=slow_count(warmup_rate, 4))  # 4 s
     srv = server_factory(repo, ["--model-control-mode=on-demand", "--model-load-wait-secs=1"])
     t0 = time.monotonic()
     r = infer(srv, "slow", simple_inputs())
     waited = time.monotonic() - t0
     assert r.status_code == 503, r.text
     assert "still loading" in r.json()["error"] and "--model-load-wait-secs" in r.json()["error"]
-    assert 0.8 < waited < 10, waited
+    assert 0.8 < waited < 3.5, waited
     srv.wait_until(lambda: srv.get("/v2/models/slow/ready").status_code == 200, 120, "slow loaded")
     check_simple(infer(srv, "slow", simple_inputs()))
     assert metric(srv, "inferd_model_load_wait_timeouts_total") == 1
 
 
-def test_a_slow_load_does_not_hold_up_another(make_repo, server_factory, example_models):
+def test_a_slow_load_does_not_hold_up_another(make_repo, server_factory, example_models,
+                                              warmup_rate):
     repo = make_repo({})
-    add_simple(repo, example_models, "slow", warmup=150000)
+    add_simple(repo, example_models, "slow", warmup=slow_count(warmup_rate, 3))
     add_simple(repo, example_models, "quick")
     srv = server_factory(repo, ["--model-control-mode=on-demand"])
     with futures.ThreadPoolExecutor(2) as pool:
@@ -196,7 +221,8 @@ def test_pinned_models_stay_and_the_507_names_the_budget(make_repo, server_facto
     assert resident(srv) == ["pinned"]
 
 
-def test_cost_aware_policy_keeps_the_big_slow_model(make_repo, server_factory, example_models):
+def test_cost_aware_policy_keeps_the_big_slow_model(make_repo, server_factory, example_models,
+                                                    warmup_rate):
     """A big model that takes long to load and is used steadily, and small ones used once each,
     in a budget that holds the big one and one small one. The cost-aware policy evicts the
     small ones for each other; LRU throws the big one out for the first small one."""
@@ -205,7 +231,8 @@ def test_cost_aware_policy_keeps_the_big_slow_model(make_repo, server_factory, e
 
     def run(policy):
         repo = make_repo({})
-        add_simple(repo, example_models, "big", warmup=30000, pad_bytes=big - size)
+        add_simple(repo, example_models, "big", warmup=slow_count(warmup_rate, 0.5),
+                   pad_bytes=big - size)
         for i in range(3):
             add_simple(repo, example_models, f"small{i}")
         srv = server_factory(repo, ["--model-control-mode=on-demand", "--model-memory-accounting=disk",
