@@ -22,6 +22,7 @@ APT_PACKAGES=(
   chromium
   libjpeg62-turbo-dev libpng-dev python3-pil
   libgoogle-perftools-dev
+  buildah debootstrap
 )
 
 missing=()

@@ -24,6 +24,18 @@ for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_
   bash "$ROOT/bench/$b.sh" --smoke | tail -1 | sed "s/^/smoke, not a measurement (figures: bench\/RESULTS.md): /"
 done
 
+# The container image (Dockerfile), built with buildah and checked the way SageMaker runs it.
+# Skipped, loudly, only where buildah cannot run (INFERD_REQUIRE_IMAGE=1 makes that a failure).
+echo "== container image (scripts/build_image.sh, scripts/test_image.sh)"
+if reason="$("$ROOT/scripts/build_image.sh" --check)"; then
+  "$ROOT/scripts/build_image.sh"
+  "$ROOT/scripts/test_image.sh"
+elif [[ "${INFERD_REQUIRE_IMAGE:-0}" == 1 ]]; then
+  echo "== container image: buildah cannot run here: $reason" >&2; exit 1
+else
+  echo "!!!!!! SKIPPED: the container image was NOT built or tested: buildah cannot run here: $reason" >&2
+fi
+
 # The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), then under
 # ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. The ASan stage also builds the
 # libFuzzer targets: unit tests, the integration suite against the sanitized binary (without
