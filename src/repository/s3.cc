@@ -230,7 +230,8 @@ std::string_view Origin(std::string_view url) {
 
 absl::Status TransportError(std::string_view what, std::string_view url, CURLcode rc,
                             const char* detail) {
-  const std::string why = StrCat(curl_easy_strerror(rc), *detail ? StrCat(": ", detail) : "");
+  // curl's error buffer says more than curl_easy_strerror and usually repeats it.
+  const std::string why = *detail ? std::string(detail) : std::string(curl_easy_strerror(rc));
   if (rc == CURLE_PARTIAL_FILE) {
     return absl::DataLossError(StrCat(what, ": the download ended early (", why, ")"));
   }
