@@ -1,10 +1,28 @@
 // Replays one seeded request trace through the model store's eviction policies (the real
 // classes of src/repository/eviction_policy.h) and adds up the time spent loading models.
 //
-// The trace: `--models` models with sizes log-uniform in 10 MB - 2 GB and a load time roughly
-// proportional to size (0.02 s + 1.5 s/GB, times log-normal noise per model, sigma 0.35, and a
-// little more per load, sigma 0.1), requested with Zipf popularity (exponent `--zipf`) shuffled
-// against size, so the most popular models are not simply the smallest. A fraction `--one-off`
+// The trace: `--models` models with sizes log-uniform in 10 MB - 2 GB, requested with Zipf
+// popularity (exponent `--zipf`) shuffled against size and load time, so the most popular
+// models are neither simply the smallest nor the quickest to load. Each model's load time is
+// one of (`--load-time`):
+//   - mixed (the default): a size-proportional part, 1.5 s/GB times log-normal noise per model
+//     (sigma 0.35), plus an initialization time of the model's own, log-uniform in
+//     0.05 s - 10 s and independent of its size. Real catalogs look like this: an ONNX model
+//     that is mostly weights loads at about disk speed (bench/mme.sh: a 100 MB MatMul model's
+//     ONNX Runtime session took 0.20-0.26 s, about 2.5 s/GB), while what happens after the
+//     weights are read takes its own time however small the model is: 0.05 s is about the
+//     least any model costs (a small ONNX graph's session, with its graph optimizations);
+//     seconds are a Python-backend model (an interpreter and its imports: `import torch` alone
+//     takes 1-3 s), a TorchScript model frozen and optimized at load, LibTorch opened on first
+//     use (0.3-0.5 s here, bench/RESULTS.md), or warmup samples (100 samples of ResNet-50 at
+//     44 ms on this machine: 4.4 s). 10 s bounds the warmups and JIT passes of a CPU model;
+//     TensorRT engine builds (minutes) are left out. Log-uniform because these spread over
+//     orders of magnitude; the median is 0.7 s.
+//   - proportional (the first version of this benchmark): 0.02 s + 1.5 s/GB, times the same
+//     per-model noise, so load time per byte barely varies between models.
+// Either way each load varies a little more (log-normal, sigma 0.1). The initialization times
+// come from a random stream of their own: for one seed both variants have the same sizes,
+// popularity and requests, and differ only in load times. A fraction `--one-off`
 // of the requests go to models requested once and never again (10-100 MB): the scan that must
 // not push the hot models out. `--shift` reshuffles popularity halfway through. The budget
 // holds `--budget` of the catalog's total size (one-off models not counted).
@@ -35,7 +53,9 @@
 //     inferd / offline reference and inferd / lower bound.
 //
 // Usage: eviction_trace [--seed=N] [--requests=N] [--models=N] [--zipf=S] [--one-off=F]
-//                       [--budget=F] [--shift]
+//                       [--budget=F] [--shift] [--load-time=mixed|proportional]
+//                       [--init-seconds=LO:HI]   (the mixed variant's range, to test how much
+//                                                 the figure owes to it)
 // The last lines are the ratios; bench/eviction_trace.sh runs several traces.
 #include <algorithm>
 #include <cmath>
@@ -69,6 +89,8 @@ struct Options {
   double one_off = 0.10;
   double budget = 0.25;
   bool shift = false;
+  bool mixed_load_times = true;  // --load-time=mixed (default) or proportional
+  double init_lo = 0.05, init_hi = 10;  // --init-seconds=LO:HI, the mixed variant's range
 };
 
 // SplitMix64 and hand-written distributions: the same trace for a seed with any standard library.
@@ -119,18 +141,24 @@ struct Trace {
   bool Hot(int m, size_t k) const { return !one_off[m] && rank_of[Phase(k)][m] < kHot; }
 };
 
-double LoadSeconds(Random& rng, double bytes) {
-  return (0.02 + 1.5 * bytes / kGB) * std::exp(0.35 * rng.Normal());
+// The typical load time of a model of `bytes` (see the top). `rng` draws the per-model noise
+// (one draw, as the proportional variant always did, so that the trace's other draws are the
+// same in both variants); `init_rng` the initialization time of the mixed variant.
+double LoadSeconds(const Options& o, Random& rng, Random& init_rng, double bytes) {
+  const double noise = std::exp(0.35 * rng.Normal());
+  if (!o.mixed_load_times) return (0.02 + 1.5 * bytes / kGB) * noise;
+  return 1.5 * bytes / kGB * noise + init_rng.LogUniform(o.init_lo, o.init_hi);
 }
 
 Trace MakeTrace(const Options& o) {
   Random rng(o.seed);
+  Random init_rng(o.seed ^ 0x5ca1ab1e0ddba11ull);
   Trace t;
   for (int i = 0; i < o.models; ++i) {
     const double b = rng.LogUniform(10 * kMB, 2 * kGB);
     t.names.push_back("model" + std::to_string(i));
     t.bytes.push_back(static_cast<int64_t>(b));
-    t.load_s.push_back(LoadSeconds(rng, b));
+    t.load_s.push_back(LoadSeconds(o, rng, init_rng, b));
     t.one_off.push_back(false);
     t.catalog_bytes += static_cast<int64_t>(b);
   }
@@ -159,7 +187,7 @@ Trace MakeTrace(const Options& o) {
       m = static_cast<int>(t.names.size());
       t.names.push_back("one-off" + std::to_string(k));
       t.bytes.push_back(static_cast<int64_t>(b));
-      t.load_s.push_back(LoadSeconds(rng, b));
+      t.load_s.push_back(LoadSeconds(o, rng, init_rng, b));
       t.one_off.push_back(true);
     } else {
       const double u = rng.Uniform() * sum;
@@ -507,16 +535,27 @@ int main(int argc, char** argv) {
       o.budget = std::strtod(v, nullptr);
     } else if (std::strcmp(argv[i], "--shift") == 0) {
       o.shift = true;
+    } else if (ParseFlag(argv[i], "--init-seconds", &v)) {
+      char* end;
+      o.init_lo = std::strtod(v, &end);
+      o.init_hi = *end == ':' ? std::strtod(end + 1, nullptr) : 0;
+    } else if (std::strcmp(argv[i], "--load-time=mixed") == 0) {
+      o.mixed_load_times = true;
+    } else if (std::strcmp(argv[i], "--load-time=proportional") == 0) {
+      o.mixed_load_times = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--seed=N] [--requests=N] [--models=N] [--zipf=S] [--one-off=F] "
-                   "[--budget=F] [--shift]\n",
+                   "[--budget=F] [--shift] [--load-time=mixed|proportional] "
+                   "[--init-seconds=LO:HI]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (o.requests < 2 || o.models < 1 || o.budget <= 0 || o.one_off < 0 || o.one_off >= 1) {
-    std::fprintf(stderr, "need --requests >= 2, --models >= 1, --budget > 0, 0 <= --one-off < 1\n");
+  if (o.requests < 2 || o.models < 1 || o.budget <= 0 || o.one_off < 0 || o.one_off >= 1 ||
+      o.init_lo <= 0 || o.init_hi < o.init_lo) {
+    std::fprintf(stderr, "need --requests >= 2, --models >= 1, --budget > 0, 0 <= --one-off < 1, "
+                 "--init-seconds=LO:HI with 0 < LO <= HI\n");
     return 2;
   }
   const Trace t = MakeTrace(o);
@@ -524,12 +563,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the budget is smaller than the largest model: raise --budget\n");
     return 2;
   }
+  char load_times[96] = "proportional (0.02 s + 1.5 s/GB)";
+  if (o.mixed_load_times) {
+    std::snprintf(load_times, sizeof load_times, "mixed (1.5 s/GB + init log-uniform %g-%g s)",
+                  o.init_lo, o.init_hi);
+  }
   std::printf("trace: seed %llu, %lld requests, %d models (%.1f GB), zipf %.2f%s, %.0f%% of "
-              "requests to one-off models, budget %.2f GB (%.0f%% of the catalog)\n",
+              "requests to one-off models, budget %.2f GB (%.0f%% of the catalog), load times %s\n",
               static_cast<unsigned long long>(o.seed), static_cast<long long>(o.requests),
               o.models, t.catalog_bytes / kGB, o.zipf,
               o.shift ? ", popularity reshuffled halfway" : "", 100 * o.one_off,
-              t.budget_bytes / kGB, 100 * o.budget);
+              t.budget_bytes / kGB, 100 * o.budget,
+              load_times);
 
   const Result lru = Replay(t, *inferd::repository::MakeLruPolicy(), "lru");
   const Result inferd =
