@@ -120,14 +120,19 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
   reaper_ = std::thread([this] { ReapWaiters(); });
 }
 
-ModelLifecycle::~ModelLifecycle() {
+ModelLifecycle::~ModelLifecycle() { Shutdown(); }
+
+void ModelLifecycle::Shutdown() {
   {
     inferd::MutexLock lock(&mu_);
+    if (stopping_) return;
     stopping_ = true;
   }
   reaper_cv_.SignalAll();
   if (reaper_.joinable()) reaper_.join();
-  loader_.reset();  // finishes queued loads; their waiters are answered
+  // Finishes the loads already queued (their waiters are answered); WhenAvailable starts no
+  // more once stopping_ is set.
+  loader_.reset();
   UnloadAll();
   // Anyone still waiting (a load that never finished) is answered now.
   std::vector<std::shared_ptr<Waiter>> left;
@@ -814,6 +819,7 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   std::optional<Origin> origin;
   {
     inferd::ReaderMutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
     if (auto it = entries_.find(name); it != entries_.end()) origin = it->second.origin;
   }
   if (origin && !origin->url.empty()) {
@@ -830,7 +836,13 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   if (!found.ok()) {
     if (found.status().code() == absl::StatusCode::kNotFound) {
       inferd::MutexLock lock(&mu_);
-      not_found_[name] = core::NowNs();
+      const uint64_t now = core::NowNs();
+      if (not_found_.size() >= 4096) {  // bounded: names older than the TTL go
+        for (auto it = not_found_.begin(); it != not_found_.end();) {
+          it = now - it->second >= kNotFoundTtlNs ? not_found_.erase(it) : std::next(it);
+        }
+      }
+      if (not_found_.size() < 4096) not_found_[name] = now;
     }
     return found.status();
   }
@@ -965,8 +977,11 @@ void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(a
   waiter->name = name;
   bool wait = false;
   bool start = false;
+  bool stopping = false;
+  bool submit_failed = false;
   if (ValidateModelName(name).ok()) {
     inferd::MutexLock lock(&mu_);
+    stopping = stopping_;
     auto it = entries_.find(name);
     bool ready = false;
     if (it != entries_.end()) {
@@ -974,7 +989,7 @@ void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(a
     }
     const uint64_t now = core::NowNs();
     // Loads on demand: in on-demand mode, or a model the store evicted and remembers.
-    bool may_load = !ready && (options_.on_demand ||
+    bool may_load = !ready && !stopping && (options_.on_demand ||
                                (it != entries_.end() && it->second.origin &&
                                 it->second.residency == Residency::kEvictable));
     if (may_load) {
@@ -1003,24 +1018,28 @@ void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(a
       ++counters_.misses;
       ++counters_.waited;
       wait = true;
+      // Submitted under mu_, so Shutdown (which sets stopping_ under it first) never sees a
+      // load submitted after it drained the pool.
+      if (start && !loader_->Submit([this, name, source_name] {
+            absl::Status st;
+            try {
+              st = LoadOnDemand(name, source_name);
+            } catch (const std::exception& e) {
+              st = absl::InternalError(StrCat("loading model '", name, "': ", e.what()));
+            }
+            FinishPending(name, st);
+          })) {
+        submit_failed = true;
+      }
     }
   }
   if (!wait) {
-    Fire(waiter, absl::OkStatus());  // the caller's lookup reports the model as it is
+    // The caller's lookup reports the model as it is.
+    Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down") : absl::OkStatus());
     return;
   }
   reaper_cv_.SignalAll();
-  if (!start) return;
-  const bool queued = loader_->Submit([this, name, source_name] {
-    absl::Status st;
-    try {
-      st = LoadOnDemand(name, source_name);
-    } catch (const std::exception& e) {
-      st = absl::InternalError(StrCat("loading model '", name, "': ", e.what()));
-    }
-    FinishPending(name, st);
-  });
-  if (!queued) {
+  if (submit_failed) {
     FinishPending(name, absl::UnavailableError(StrCat(
                             "model '", name, "' cannot be loaded now: too many loads queued")));
   }

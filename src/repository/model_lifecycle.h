@@ -98,6 +98,10 @@ class ModelLifecycle {
   ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends);
   ~ModelLifecycle();  // Unloads everything, draining requests in flight.
 
+  // Finishes the loads under way, answers every request still waiting for one, and unloads
+  // everything, draining requests in flight. Idempotent; the destructor calls it.
+  void Shutdown();
+
   // Opens every repository. A folder that does not exist or a bucket that cannot be reached
   // is an error naming it.
   absl::Status Open();

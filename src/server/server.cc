@@ -87,8 +87,8 @@ void Server::Shutdown() {
   }
   stop_cv_.SignalAll();
   if (poller_.joinable()) poller_.join();
-  loader_.reset();     // finishes queued loads
-  lifecycle_->UnloadAll();  // drains requests in flight
+  loader_.reset();          // finishes queued API and multi-model loads
+  lifecycle_->Shutdown();   // finishes on-demand loads, then drains requests in flight
   live_ = false;
 }
 
