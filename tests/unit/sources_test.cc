@@ -42,6 +42,10 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 struct Entry {
+  // A constructor rather than an aggregate, so {"path", "contents"} leaves the rest at their
+  // defaults without -Wmissing-field-initializers.
+  Entry(std::string p, std::string c = "", mode_t t = AE_IFREG, std::string l = "")
+      : path(std::move(p)), contents(std::move(c)), type(t), link_target(std::move(l)) {}
   std::string path;
   std::string contents;  // regular file contents
   mode_t type = AE_IFREG;
