@@ -97,11 +97,15 @@ class Container:
     def text(self):
         return self.log_path.read_text(errors="replace")
 
-    def wait_ping(self, timeout=60, poll=0.005):
-        """Seconds from start until /ping answers 200."""
+    def wait_ping(self, timeout=60, poll=0.005, watch_exec=False):
+        """Seconds from start until /ping answers 200. With watch_exec, also sets self.exec_s: the
+        seconds until inferd's process exists (serve exec'd it), the container's own set-up."""
         deadline = self.started + timeout
+        self.exec_s = None
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the container exited ({self.proc.returncode}):\n{self.text()}"
+            if watch_exec and self.exec_s is None and self.inferd_pid():
+                self.exec_s = time.monotonic() - self.started
             try:
                 if self.session.get(self.url + "/ping", timeout=1).status_code == 200:
                     return time.monotonic() - self.started
@@ -226,12 +230,16 @@ def scenario_config(image, work):
     ctr = buildah("from", "--pull-never", "--quiet", image)
     try:
         out = buildah("run", "--isolation", "chroot", ctr, "--", "sh", "-c",
-                      "command -v serve; cat /etc/machine-id; id -u inferd; inferd --version")
+                      "command -v serve || echo none; cat /etc/machine-id 2>/dev/null || echo none; "
+                      "id -u inferd 2>/dev/null || echo none; inferd --version 2>&1 || echo none")
     finally:
         buildah("rm", ctr)
     serve, machine_id, uid, version = out.splitlines()
     assert serve == "/usr/bin/serve", serve
-    assert len(machine_id) == 32 and all(c in "0123456789abcdef" for c in machine_id), machine_id
+    # ONNX Runtime reads it for its device id; without it, it runs `sh -c 'echo `blkid; hostname`'`
+    # from inside the server when the first session is made (and crashed where that failed).
+    assert len(machine_id) == 32 and all(c in "0123456789abcdef" for c in machine_id), \
+        f"/etc/machine-id: {machine_id!r}"
     assert uid == "1000", uid
     print(f"  labels, entrypoint {cfg['Entrypoint']}, port 8080, /etc/machine-id, user inferd: ok ({version})")
 
@@ -308,11 +316,12 @@ def scenario_mme_nonroot(image, work):
 
 
 def scenario_ping_time(image, work, runs=3):
-    times = []
+    times, execs = [], []
     for _ in range(runs):
         c = Container(image, {"SAGEMAKER_MULTI_MODEL": "true"}, log_dir=work).start()
         try:
-            times.append(c.wait_ping())
+            times.append(c.wait_ping(watch_exec=True))
+            execs.append(c.exec_s)
         finally:
             rc = c.stop()
         assert rc == 0, c.text()
@@ -320,6 +329,9 @@ def scenario_ping_time(image, work, runs=3):
     verdict = "within" if median <= PING_GOAL_S else "OVER"
     print(f"  /ping 200 after {', '.join(f'{t:.3f}' for t in times)} s from `buildah run` "
           f"(median {median:.3f} s, {verdict} the {PING_GOAL_S:.0f} s goal)")
+    if all(e is not None for e in execs):
+        print(f"  of which buildah's set-up and serve until inferd runs: {', '.join(f'{e:.3f}' for e in execs)} s; "
+              f"inferd's start to /ping 200: {', '.join(f'{t - e:.3f}' for t, e in zip(times, execs))} s")
     assert median <= PING_LIMIT_S, f"median {median:.2f} s is over the {PING_LIMIT_S} s limit"
 
 
