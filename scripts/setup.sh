@@ -23,6 +23,7 @@ APT_PACKAGES=(
   libjpeg62-turbo-dev libpng-dev python3-pil
   libgoogle-perftools-dev
   buildah debootstrap
+  nginx python3-kubernetes
 )
 
 missing=()
