@@ -1,5 +1,6 @@
 #include "backends/backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/strings.h"
@@ -14,6 +15,68 @@ void BackendRegistry::Register(std::unique_ptr<Backend> backend) {
 Backend* BackendRegistry::Find(std::string_view name) const {
   auto it = backends_.find(std::string(name));
   return it == backends_.end() ? nullptr : it->second.get();
+}
+
+std::vector<Backend*> BackendRegistry::All() const {
+  std::vector<Backend*> all;
+  for (const auto& [name, backend] : backends_) all.push_back(backend.get());
+  return all;
+}
+
+absl::StatusOr<std::vector<std::string>> Backend::Configure(
+    const std::map<std::string, std::string>& settings) {
+  std::vector<std::string> unread;
+  for (const auto& [key, value] : settings) unread.push_back(key);
+  return unread;
+}
+
+absl::Status CheckConfigSupport(const config::ModelConfig& config, std::string_view backend,
+                                const ConfigSupport& support) {
+  std::vector<std::string> refusals;
+  if (!support.backend_checks_parameters) {
+    auto matches = [](std::string_view known, std::string_view key) {
+      if (!known.empty() && known.back() == '*') {
+        known.remove_suffix(1);
+        return key.substr(0, known.size()) == known;
+      }
+      return key == known;
+    };
+    std::vector<std::string> unknown;
+    for (const auto& entry : config.parameters()) {
+      // Not a structured binding: clang 14 (the sanitizer builds) cannot capture one.
+      const std::string& key = entry.first;
+      if (std::none_of(support.parameters.begin(), support.parameters.end(),
+                       [&](std::string_view known) { return matches(known, key); })) {
+        unknown.push_back(key);
+      }
+    }
+    std::sort(unknown.begin(), unknown.end());  // the map's order is unspecified
+    for (const auto& key : unknown) {
+      refusals.push_back(inferd::StrCat(
+          "config.pbtxt field 'parameters' key '", key, "' is not supported by inferd's ", backend,
+          " backend (it would be ignored; ",
+          support.parameters.empty() ? std::string("the backend reads no parameters")
+                                     : inferd::StrCat("the keys it reads: ",
+                                                      inferd::StrJoin(support.parameters, ", ")),
+          ")"));
+    }
+  }
+  auto reshape = [&](std::string_view kind, const auto& tensors, bool supported) {
+    if (supported) return;
+    for (const auto& t : tensors) {
+      if (!t.has_reshape()) continue;
+      refusals.push_back(inferd::StrCat("config.pbtxt field '", kind,
+                                        ".reshape' is not supported by inferd's ", backend,
+                                        " backend (", kind, " '", t.name(),
+                                        "' would keep its dims; remove the reshape)"));
+      return;
+    }
+  };
+  reshape("input", config.input(), support.input_reshape);
+  reshape("output", config.output(), support.output_reshape);
+  if (refusals.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      inferd::StrCat("model '", config.name(), "': ", inferd::StrJoin(refusals, "; ")));
 }
 
 bool IsOutputRequested(const core::InferRequest& request, std::string_view name) {

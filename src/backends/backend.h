@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -64,6 +65,13 @@ class Backend {
     return absl::OkStatus();
   }
 
+  // tritonserver's --backend-config settings for this backend: its own
+  // (`--backend-config=<name>,<key>=<value>`) over the global ones (`--backend-config=<key>=<value>`).
+  // Called once at start-up, before any model loads. Returns the keys it does not read, which the
+  // caller reports as having no effect; fails on a value it cannot use.
+  virtual absl::StatusOr<std::vector<std::string>> Configure(
+      const std::map<std::string, std::string>& settings);
+
   // True when Execute takes a batch whose requests' tensors differ in shape on inputs marked
   // `allow_ragged_batch` (each request's tensor used as it is, never concatenated).
   virtual bool SupportsRaggedBatch() const { return false; }
@@ -73,11 +81,29 @@ class Backend {
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;
 };
 
+// What of a model configuration a backend implements itself, beyond the fields every backend
+// gets from the server (config/supported_fields.h): the `parameters` keys it reads and whether
+// it applies `reshape`. Each backend declares its own beside its code and calls
+// CheckConfigSupport first thing in CreateInstance, so a key it would ignore fails the load
+// naming the key instead of being ignored.
+struct ConfigSupport {
+  std::span<const std::string_view> parameters;  // a key ending in '*' names a prefix
+  bool backend_checks_parameters = false;        // it refuses unknown keys itself
+  bool input_reshape = false;
+  bool output_reshape = false;
+};
+
+// INVALID_ARGUMENT "model '<m>': config.pbtxt field 'parameters' key '<k>' is not supported by
+// inferd's <backend> backend (...)", or the same for 'input.reshape' / 'output.reshape'.
+absl::Status CheckConfigSupport(const config::ModelConfig& config, std::string_view backend,
+                                const ConfigSupport& support);
+
 // Backends by name ("onnxruntime", "identity"). Filled once at start-up, then read-only.
 class BackendRegistry {
  public:
   void Register(std::unique_ptr<Backend> backend);
   Backend* Find(std::string_view name) const;
+  std::vector<Backend*> All() const;
 
  private:
   absl::flat_hash_map<std::string, std::unique_ptr<Backend>> backends_;

@@ -2,12 +2,14 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "common/strings.h"
 #include "common/status_macros.h"
+#include "config/supported_fields.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -308,6 +310,8 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
                                                    "': config.pbtxt field 'name' is '",
                                                    config->name(), "'; it must match the directory name"));
   }
+  // Before any default is filled in: the refusals name what the user wrote.
+  RETURN_IF_ERROR(CheckFieldsSupported(*config, model_name));
   RETURN_IF_ERROR(NormalizePlatformAndBackend(config));
   if (config->backend().empty() && config->platform() != "ensemble") {
     return absl::InvalidArgumentError(inferd::StrCat(
@@ -333,6 +337,15 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
     }
     RETURN_IF_ERROR(ValidateTensorDims(model_name, "input", in.name(), in.dims(), in.has_reshape(),
                                        in.reshape().shape()));
+    // Triton's rule: an image layout names three dimensions.
+    if ((in.format() == inference::ModelInput::FORMAT_NHWC ||
+         in.format() == inference::ModelInput::FORMAT_NCHW) &&
+        in.dims_size() != 3) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", model_name, "': input '", in.name(), "' has format ",
+          inference::ModelInput::Format_Name(in.format()), ", which needs 3 dims, got ",
+          in.dims_size()));
+    }
   }
   names.clear();
   for (const auto& out : config->output()) {
@@ -408,6 +421,15 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
     if (config->platform() == "pytorch_libtorch") config->set_default_model_filename("model.pt");
   }
   return absl::OkStatus();
+}
+
+std::string ModelConfigPath(const std::string& model_dir, std::string_view config_name) {
+  if (!config_name.empty()) {
+    std::string custom = inferd::StrCat(model_dir, "/configs/", config_name, ".pbtxt");
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(custom, ec)) return custom;
+  }
+  return inferd::StrCat(model_dir, "/config.pbtxt");
 }
 
 std::optional<std::string> GetParameter(const ModelConfig& config, std::string_view key) {

@@ -35,9 +35,15 @@ std::string ProtoTypeName(inference::DataType type);
 // Fills whichever of the two is missing; fails when they disagree.
 absl::Status NormalizePlatformAndBackend(ModelConfig* config);
 
-// Fills defaults (name, instance group, version policy) and checks the configuration is
-// consistent. Errors start with "model '<name>': " and name the offending field.
+// Refuses the fields inferd does not implement (supported_fields.h), fills defaults (name,
+// instance group, version policy) and checks the configuration is consistent. Errors start with
+// "model '<name>': " and name the offending field.
 absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_name);
+
+// The config file of the model in `model_dir`: tritonserver's --model-config-name=<name> selects
+// `<model_dir>/configs/<name>.pbtxt` where it exists; otherwise (or with no name) it is
+// `<model_dir>/config.pbtxt`. Whether that file exists is the caller's question.
+std::string ModelConfigPath(const std::string& model_dir, std::string_view config_name);
 
 // Looks up `parameters { key: ... value: { string_value: ... } }`.
 std::optional<std::string> GetParameter(const ModelConfig& config, std::string_view key);

@@ -1,5 +1,8 @@
 #include "config/model_config_util.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -104,6 +107,50 @@ TEST(ModelConfigTest, JsonOverrideRejectsUnknownFields) {
   auto cfg = ParseModelConfigJson(R"({"name":"m","no_such_field":1})");
   ASSERT_FALSE(cfg.ok());
   EXPECT_THAT(cfg.status().message(), HasSubstr("no_such_field"));
+}
+
+// tritonserver's --model-config-name: configs/<name>.pbtxt where it exists, config.pbtxt else.
+TEST(ModelConfigTest, ModelConfigPathPicksTheNamedConfig) {
+  const std::string dir = ::testing::TempDir() + "/config_path_model";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/configs");
+  std::ofstream(dir + "/config.pbtxt") << "name: \"m\"\n";
+  std::ofstream(dir + "/configs/h100.pbtxt") << "name: \"m\"\n";
+  EXPECT_EQ(ModelConfigPath(dir, ""), dir + "/config.pbtxt");
+  EXPECT_EQ(ModelConfigPath(dir, "h100"), dir + "/configs/h100.pbtxt");
+  EXPECT_EQ(ModelConfigPath(dir, "a10"), dir + "/config.pbtxt");  // not there: the default
+  std::filesystem::create_directories(dir + "/configs/dir.pbtxt");  // not a file
+  EXPECT_EQ(ModelConfigPath(dir, "dir"), dir + "/config.pbtxt");
+  std::filesystem::remove_all(dir);
+}
+
+// Triton's rule for image layouts.
+TEST(ModelConfigTest, ImageFormatNeedsThreeDims) {
+  auto cfg = ParseModelConfigText(R"(
+backend: "identity" max_batch_size: 1
+input [ { name: "x" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 224, 224 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ])", "c");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  absl::Status st = NormalizeAndValidate(&*cfg, "m");
+  EXPECT_THAT(st.message(), HasSubstr("input 'x' has format FORMAT_NCHW, which needs 3 dims, got 2"));
+  cfg->mutable_input(0)->add_dims(3);
+  EXPECT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+}
+
+// Every load path goes through NormalizeAndValidate: it refuses what inferd would ignore
+// (the whole table is tested in config_coverage_test.cc).
+TEST(ModelConfigTest, NormalizeRefusesFieldsInferdWouldIgnore) {
+  for (const char* field : {"sequence_batching { }", "response_cache { enable: true }",
+                            "model_transaction_policy { decoupled: true }",
+                            "instance_group [ { kind: KIND_MODEL } ]",
+                            "model_repository_agents { agents [ { name: \"checksum\" } ] }",
+                            "batch_input [ { kind: BATCH_ELEMENT_COUNT } ]"}) {
+    auto cfg = ParseModelConfigText(std::string("backend: \"identity\" ") + field, "c");
+    ASSERT_TRUE(cfg.ok()) << field << ": " << cfg.status();
+    absl::Status st = NormalizeAndValidate(&*cfg, "m");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(st.message(), HasSubstr("is not supported by inferd")) << field;
+  }
 }
 
 }  // namespace

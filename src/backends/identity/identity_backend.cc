@@ -46,6 +46,8 @@ class IdentityBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    // No parameters; outputs are the inputs as they came.
+    if (auto st = CheckConfigSupport(*spec.config, name(), {}); !st.ok()) return st;
     const auto& cfg = *spec.config;
     for (int i = 0; i < std::min(cfg.input_size(), cfg.output_size()); ++i) {
       if (cfg.input(i).data_type() != cfg.output(i).data_type()) {

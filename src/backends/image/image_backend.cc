@@ -198,6 +198,11 @@ class ImageBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    // SettingsFromConfig refuses unknown parameters itself.
+    if (auto st = CheckConfigSupport(*spec.config, name(), {.backend_checks_parameters = true});
+        !st.ok()) {
+      return st;
+    }
     auto settings = image::SettingsFromConfig(*spec.config);
     if (!settings.ok()) return settings.status();
     // Decoding is CPU work: the instances share the cores between them.

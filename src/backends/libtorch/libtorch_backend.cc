@@ -285,12 +285,22 @@ class TorchInstance : public ModelInstance {
   int threads_;
 };
 
+// The `parameters` keys CreateInstance reads (ENABLE_CACHE_CLEANING and DISABLE_CUDNN to say
+// they do not apply on the CPU); add a key here when it gets read. Inputs are reshaped
+// (BackendInputShape); outputs keep the shape the module returns.
+constexpr std::string_view kParameters[] = {
+    "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT", "INFERENCE_MODE",
+    "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING",
+    "ENABLE_TENSOR_FUSER", "ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING", "DISABLE_CUDNN"};
+constexpr ConfigSupport kConfigSupport = {.parameters = kParameters, .input_reshape = true};
+
 class LibTorchBackend : public Backend {
  public:
   std::string_view name() const override { return "pytorch"; }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    if (auto st = CheckConfigSupport(*spec.config, name(), kConfigSupport); !st.ok()) return st;
     const auto& cfg = *spec.config;
     for (const auto& in : cfg.input()) {
       if (!ToTorch(config::FromProto(in.data_type()))) {

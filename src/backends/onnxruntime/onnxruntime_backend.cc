@@ -1,11 +1,14 @@
 #include "backends/onnxruntime/onnxruntime_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "common/strings.h"
 #include "backends/onnxruntime/session_settings.h"
 #include "common/logging.h"
@@ -319,9 +322,40 @@ void CompleteTensorDims(const std::vector<int64_t>& model_shape, bool batching,
   }
 }
 
+// The `parameters` keys session_settings.cc reads (the GPU ones are read to be reported as not
+// applying); add a key here when it gets read there.
+constexpr std::string_view kParameters[] = {
+    "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
+    "enable_mem_pattern", "arena_extend_strategy", "memory.enable_memory_arena_shrinkage",
+    "allow_spinning", "gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream"};
+constexpr ConfigSupport kConfigSupport = {
+    .parameters = kParameters, .input_reshape = true, .output_reshape = true};
+
 class OnnxRuntimeBackend : public Backend {
  public:
   std::string_view name() const override { return "onnxruntime"; }
+
+  // Triton's onnxruntime backend reads default-max-batch-size (the max_batch_size auto-complete
+  // gives a model that can batch; tritonserver passes 4 unless told otherwise). Its other keys
+  // (enable-global-threadpool and the global pool's thread counts) are not read here.
+  absl::StatusOr<std::vector<std::string>> Configure(
+      const std::map<std::string, std::string>& settings) override {
+    std::vector<std::string> unread;
+    for (const auto& [key, value] : settings) {
+      if (key != "default-max-batch-size") {
+        unread.push_back(key);
+        continue;
+      }
+      int n;
+      if (!absl::SimpleAtoi(value, &n)) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "--backend-config: onnxruntime's default-max-batch-size takes an integer, got '",
+            value, "'"));
+      }
+      default_max_batch_size_ = std::max(n, 0);
+    }
+    return unread;
+  }
 
   absl::Status AutoCompleteConfig(const std::string& model_path,
                                   config::ModelConfig* config) override {
@@ -360,7 +394,15 @@ class OnnxRuntimeBackend : public Backend {
           if (io.shape.empty() || io.shape[0] != -1) can_batch = false;
         }
       }
-      if (config->max_batch_size() == 0 && can_batch) config->set_max_batch_size(4);
+      if (can_batch) {
+        if (config->max_batch_size() == 0) config->set_max_batch_size(default_max_batch_size_);
+        // As Triton's backend does: a model that batches gets the dynamic batcher unless the
+        // config chose a scheduler.
+        if (config->max_batch_size() > 1 && !config->has_dynamic_batching() &&
+            !config->has_sequence_batching() && !config->has_ensemble_scheduling()) {
+          config->mutable_dynamic_batching();
+        }
+      }
       const bool batching = config->max_batch_size() > 0;
       if (config->input_size() == 0) {
         for (const auto& io : ins) {
@@ -393,6 +435,7 @@ class OnnxRuntimeBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    if (auto st = CheckConfigSupport(*spec.config, name(), kConfigSupport); !st.ok()) return st;
     auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
     if (!settings.ok()) return settings.status();
     try {
@@ -413,6 +456,8 @@ class OnnxRuntimeBackend : public Backend {
   }
 
  private:
+  int default_max_batch_size_ = 4;  // written by Configure before any load, then read-only
+
   // Every config input and output must exist in the model file with the same type.
   static absl::Status CheckIo(const config::ModelConfig& config, Ort::Session& session) {
     Ort::AllocatorWithDefaultOptions alloc;
