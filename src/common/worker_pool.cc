@@ -6,13 +6,19 @@ WorkerPool::WorkerPool(int threads, size_t max_queued) : max_queued_(max_queued)
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { Stop(); }
+
+void WorkerPool::Stop() {
   {
     inferd::MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.SignalAll();
-  for (auto& t : threads_) t.join();
+  // Joined by the one caller that finds them joinable; Stop is called from one thread (the
+  // owner's shutdown, then its destructor).
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 bool WorkerPool::Submit(std::function<void()> task) {

@@ -15,7 +15,11 @@ namespace inferd {
 class WorkerPool {
  public:
   WorkerPool(int threads, size_t max_queued);
-  ~WorkerPool();  // Runs what is queued, then joins.
+  ~WorkerPool();  // Stop().
+
+  // Runs what is queued, then joins the threads; Submit refuses everything from now on, so the
+  // pool may stay reachable from other threads. Call it from the owner's thread only.
+  void Stop();
 
   // False (and the task is dropped) when the queue is full or the pool is stopping.
   bool Submit(std::function<void()> task);

@@ -132,7 +132,7 @@ void ModelLifecycle::Shutdown() {
   if (reaper_.joinable()) reaper_.join();
   // Finishes the loads already queued (their waiters are answered); WhenAvailable starts no
   // more once stopping_ is set.
-  loader_.reset();
+  loader_->Stop();
   UnloadAll();
   // Anyone still waiting (a load that never finished) is answered now.
   std::vector<std::shared_ptr<Waiter>> left;
@@ -717,6 +717,11 @@ absl::Status ModelLifecycle::Load(const std::string& name,
   }
   auto it = scan.models.find(name);
   if (it == scan.models.end()) {
+    if (!scan.errors.empty()) {
+      // A repository that could not be listed may hold it: not the client's fault.
+      return absl::UnavailableError(StrCat("failed to load '", name, "': ",
+                                           StrJoin(scan.errors, "; ")));
+    }
     return absl::NotFoundError(
         inferd::StrCat("failed to load '", name, "': no model folder '", name,
                        "' in the model repository"));
@@ -740,20 +745,24 @@ absl::Status ModelLifecycle::LoadAll() {
     SetFailed(name, "", absl::InvalidArgumentError(reason));
     failures.push_back(reason);
   }
-  std::set<std::string> pass;
   // Every model folder, in parallel on the loader pool; the archives in a repository are
-  // loaded only on request.
-  inferd::Mutex done_mu;
-  inferd::CondVar done_cv;
-  size_t outstanding = 0;
+  // loaded only on request. The pass's state is shared with the tasks: the last one to finish
+  // may still be unlocking it when this thread returns.
+  struct Pass {
+    inferd::Mutex mu;
+    inferd::CondVar cv;
+    size_t outstanding ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::string> failures ABSL_GUARDED_BY(mu);
+    std::set<std::string> claimed;  // guarded by the store's mu_ (LoadContext::pass)
+  };
+  auto state = std::make_shared<Pass>();
   for (const auto& [name, listed] : scan.models) {
     if (listed.model.archive) continue;
     {
-      inferd::MutexLock lock(&done_mu);
-      ++outstanding;
+      inferd::MutexLock lock(&state->mu);
+      ++state->outstanding;
     }
-    auto task = [this, name = name, listed = listed, &pass, &failures, &done_mu, &done_cv,
-                 &outstanding] {
+    auto task = [this, name = name, listed = listed, state] {
       absl::Status st;
       FetchStats stats;
       auto dir = FetchCounted(listed.source, name, &stats);
@@ -762,26 +771,27 @@ absl::Status ModelLifecycle::LoadAll() {
         SetFailed(name, "", st);
       } else {
         LoadContext ctx;
-        ctx.pass = &pass;
+        ctx.pass = &state->claimed;
         ctx.residency = Residency::kPinned;
         ctx.source_fingerprint = listed.model.fingerprint;
         ctx.origin = Origin{listed.source, name, ""};
         st = LoadOne(name, *dir, std::nullopt, ctx);
       }
-      inferd::MutexLock lock(&done_mu);
-      if (!st.ok()) failures.push_back(std::string(st.message()));
-      --outstanding;
-      done_cv.SignalAll();
+      inferd::MutexLock lock(&state->mu);
+      if (!st.ok()) state->failures.push_back(std::string(st.message()));
+      --state->outstanding;
+      state->cv.SignalAll();
     };
     if (!loader_->Submit(task)) {
-      inferd::MutexLock lock(&done_mu);
-      --outstanding;
-      failures.push_back(StrCat("model '", name, "': the loader queue is full"));
+      inferd::MutexLock lock(&state->mu);
+      --state->outstanding;
+      state->failures.push_back(StrCat("model '", name, "': the loader queue is full"));
     }
   }
   {
-    inferd::MutexLock lock(&done_mu);
-    while (outstanding > 0) done_cv.Wait(&done_mu);
+    inferd::MutexLock lock(&state->mu);
+    while (state->outstanding > 0) state->cv.Wait(&state->mu);
+    failures.insert(failures.end(), state->failures.begin(), state->failures.end());
   }
   if (failures.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(inferd::StrJoin(failures, "; "));

@@ -87,7 +87,7 @@ void Server::Shutdown() {
   }
   stop_cv_.SignalAll();
   if (poller_.joinable()) poller_.join();
-  loader_.reset();          // finishes queued API and multi-model loads
+  loader_->Stop();          // finishes queued API and multi-model loads; refuses new ones
   lifecycle_->Shutdown();   // finishes on-demand loads, then drains requests in flight
   live_ = false;
 }

@@ -172,8 +172,6 @@ def test_s3_down_fails_the_load_the_server_stays_up_and_the_load_works_once_it_i
     check_simple(srv)
 
 
-@pytest.mark.xfail(strict=True, reason="ModelLifecycle answers 404 'no model folder' when the "
-                   "listing fails, instead of the listing's UNAVAILABLE naming s3://models/repo/")
 def test_s3_down_is_a_5xx_naming_the_repository(s3, server_factory, example_models, tmp_path):
     s3.put_model("repo/simple", Path(example_models) / "simple")
     srv = server_factory("s3://models/repo", [f"--model-cache-dir={tmp_path / 'cache'}",
