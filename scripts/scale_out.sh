@@ -11,6 +11,10 @@
 #   --front-address=A           where the fronts listen (default 127.0.0.1)
 #   --replica-memory-budget=S   each replica's --model-memory-budget (bytes, 4G, or N% of
 #                               RAM; default: 80/N % of RAM, so the fleet stays within 80%)
+#   --replica-base-port=B       replica i listens on B+3i (HTTP), B+3i+1 (SageMaker) and B+3i+2
+#                               (metrics); default: ports the kernel picks. nginx's hash ring
+#                               is built from the replicas' addresses, so fixed ports give the
+#                               same placement of models on every run.
 #   --nginx-workers=W           nginx worker_processes (default auto)
 #   --run-dir=D                 logs, nginx config, caches (default: a new folder in /tmp)
 #
@@ -39,7 +43,8 @@ front_address=127.0.0.1
 budget=""
 workers=auto
 run_dir=""
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+base_port=""
+usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 && "$1" == --* ]]; do
   case "$1" in
     --front-port=*) front_port="${1#*=}" ;;
@@ -47,6 +52,7 @@ while [[ $# -gt 0 && "$1" == --* ]]; do
     --front-address=*) front_address="${1#*=}" ;;
     --replica-memory-budget=*) budget="${1#*=}" ;;
     --nginx-workers=*) workers="${1#*=}" ;;
+    --replica-base-port=*) base_port="${1#*=}" ;;
     --run-dir=*) run_dir="${1#*=}" ;;
     --help) usage ;;
     *) echo "scale_out: unknown option $1" >&2; usage ;;
@@ -115,11 +121,13 @@ for ((i = 0; i < replicas; i++)); do
   dir="$run_dir/replica$i"
   mkdir -p "$dir"
   logs[i]="$dir/inferd.log"
+  ports=(0 0 0)
+  [[ -n "$base_port" ]] && ports=($((base_port + 3 * i)) $((base_port + 3 * i + 1)) $((base_port + 3 * i + 2)))
   "$INFERD" --model-repository="$repository" --model-control-mode=on-demand \
     --model-memory-budget="$budget" --model-cache-dir="$dir/cache" \
-    --http-address=127.0.0.1 --http-port=0 --allow-grpc=false \
-    --allow-sagemaker=true --sagemaker-address=127.0.0.1 --sagemaker-port=0 \
-    --metrics-address=127.0.0.1 --metrics-port=0 \
+    --http-address=127.0.0.1 --http-port="${ports[0]}" --allow-grpc=false \
+    --allow-sagemaker=true --sagemaker-address=127.0.0.1 --sagemaker-port="${ports[1]}" \
+    --metrics-address=127.0.0.1 --metrics-port="${ports[2]}" \
     "${extra[@]}" >"${logs[i]}" 2>&1 </dev/null &
   pids[i]=$!
 done
