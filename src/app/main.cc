@@ -14,6 +14,7 @@
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #include "backends/module_backend.h"
+#include "common/cpu_budget.h"
 #include "common/logging.h"
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
@@ -25,7 +26,10 @@
 
 int main(int argc, char** argv) {
   using namespace inferd;
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  // Default thread counts follow the CPUs this process may use (cgroup quota and cpuset,
+  // affinity), not the host's cores.
+  const CpuBudget cpu_budget = DetectCpuBudget();
+  const int cores = cpu_budget.cpus;
   std::vector<std::string> args(argv + 1, argv + argc);
   auto flags = app::ParseFlags(args, cores);
   if (!flags.ok()) {
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
   }
   SetLogVerbosity(flags->log_verbose);
   SetLogFormatIso8601(flags->log_iso8601);
+  LOG_INFO << "CPU budget: " << cpu_budget.describe;
 
   // Signals are taken synchronously by this thread; every thread created below inherits
   // the mask.
