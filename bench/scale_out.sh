@@ -10,11 +10,12 @@
 #     to the replica (one replica behind nginx; wrk; alternating segments, median of the rounds;
 #     goal: >= 0.8): `simple` (binary request, c=16), where a request is almost all HTTP, and
 #     the example ResNet-50 (c=2), where it is almost all compute. Everything shares this
-#     machine's cores: wrk, nginx and inferd.
+#     machine's cores: wrk, nginx and inferd; other load on the machine moves single segments
+#     a lot, hence five alternating rounds and their median.
 # The ratios are the last lines. --smoke: a short trace, one 1 s round.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-REQUESTS=5000; DURATION=5s; ROUNDS=3
+REQUESTS=5000; DURATION=5s; ROUNDS=5
 [[ "${1:-}" == "--smoke" ]] && { REQUESTS=600; DURATION=1s; ROUNDS=1; }
 BASE_PORT="${SCALE_OUT_BASE_PORT:-18100}"
 MODELS=30
