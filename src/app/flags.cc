@@ -4,8 +4,9 @@
 
 #include <cstdlib>
 
-#include <functional>
+#include <algorithm>
 #include <climits>
+#include <functional>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -15,9 +16,14 @@
 namespace inferd::app {
 namespace {
 
+// tritonserver's spellings (true/on/1, false/off/0, any case) and yes/no.
 absl::StatusOr<bool> ParseBool(const std::string& flag, const std::string& v) {
-  if (v == "true" || v == "1" || v == "True" || v == "on" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "False" || v == "off" || v == "no") return false;
+  for (const char* t : {"true", "1", "on", "yes"}) {
+    if (inferd::EqualsIgnoreCase(v, t)) return true;
+  }
+  for (const char* f : {"false", "0", "off", "no"}) {
+    if (inferd::EqualsIgnoreCase(v, f)) return false;
+  }
   return absl::InvalidArgumentError(inferd::StrCat("--", flag, " takes true or false, got '", v, "'"));
 }
 
@@ -58,6 +64,147 @@ absl::StatusOr<int64_t> ParseMemoryBudget(const std::string& v) {
   else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
   else if (!unit.empty()) return bad();
   return static_cast<int64_t>(n * scale);
+}
+
+// tritonserver's --backend-config value: "<backend>,<key>=<value>", or "<key>=<value>" for
+// every backend. Its parser's rules and messages.
+absl::Status ParseBackendConfig(const std::string& v, Flags* f) {
+  const size_t comma = v.find(',');
+  if (comma == 0) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "--backend-config: no backend named; the format is <backend name>,<setting>=<value> or "
+        "<setting>=<value>, got '", v, "'"));
+  }
+  const size_t key_start = comma == std::string::npos ? 0 : comma + 1;
+  const size_t eq = v.find('=', key_start);
+  const std::string backend = comma == std::string::npos ? "" : v.substr(0, comma);
+  const std::string key = eq == std::string::npos ? "" : v.substr(key_start, eq - key_start);
+  const std::string value = eq == std::string::npos ? "" : v.substr(eq + 1);
+  if (key.empty() || value.empty()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "--backend-config: the format is <backend name>,<setting>=<value> or <setting>=<value>, "
+        "got '", v, "'"));
+  }
+  f->backend_config[backend][key] = value;
+  return absl::OkStatus();
+}
+
+enum class Arg { kBool, kInt, kFloat, kString };
+
+// tritonserver flags with no meaning on this server: parsed as tritonserver parses them (a bad
+// value is still an error) and reported as having no effect. From tritonserver 2.5x's option
+// table (src/command_line_parser.cc) up to 2.6x.
+struct NoEffectFlag {
+  std::string_view name;
+  Arg arg;
+  std::string_view why;
+};
+
+constexpr std::string_view kNoGpu = "no GPU on this server";
+constexpr std::string_view kGrpcArg = "inferd's gRPC server keeps gRPC's own default";
+
+constexpr NoEffectFlag kNoEffectFlags[] = {
+    {"id", Arg::kString, "server metadata names inferd"},
+    {"model-load-retry-count", Arg::kInt, "a failed load is not retried at start"},
+    {"model-namespacing", Arg::kBool, "model namespaces are not implemented"},
+    {"enable-peer-access", Arg::kBool, kNoGpu},
+    {"reuse-http-port", Arg::kBool, "each HTTP event loop has its own SO_REUSEPORT socket anyway"},
+    {"reuse-grpc-port", Arg::kBool, kGrpcArg},
+    {"http-header-forward-pattern", Arg::kString,
+     "no backend here reads request headers as parameters"},
+    {"grpc-header-forward-pattern", Arg::kString,
+     "no backend here reads request headers as parameters"},
+    {"grpc-infer-allocation-pool-size", Arg::kInt, "gRPC requests are not pooled here"},
+    {"grpc-max-response-pool-size", Arg::kInt, "gRPC responses are not pooled here"},
+    {"grpc-use-ssl", Arg::kBool, "gRPC is served without TLS"},  // true is refused
+    {"grpc-use-ssl-mutual", Arg::kBool, "gRPC is served without TLS"},  // true is refused
+    {"grpc-server-cert", Arg::kString, "gRPC is served without TLS"},
+    {"grpc-server-key", Arg::kString, "gRPC is served without TLS"},
+    {"grpc-root-cert", Arg::kString, "gRPC is served without TLS"},
+    {"grpc-infer-response-compression-level", Arg::kString, "gRPC responses are not compressed"},
+    {"grpc-keepalive-time", Arg::kInt, kGrpcArg},
+    {"grpc-keepalive-timeout", Arg::kInt, kGrpcArg},
+    {"grpc-keepalive-permit-without-calls", Arg::kBool, kGrpcArg},
+    {"grpc-http2-max-pings-without-data", Arg::kInt, kGrpcArg},
+    {"grpc-http2-min-recv-ping-interval-without-data", Arg::kInt, kGrpcArg},
+    {"grpc-http2-max-ping-strikes", Arg::kInt, kGrpcArg},
+    {"grpc-max-connection-age", Arg::kInt, kGrpcArg},
+    {"grpc-max-connection-age-grace", Arg::kInt, kGrpcArg},
+    {"sagemaker-safe-port-range", Arg::kString, "ports are not checked against a range"},
+    {"allow-vertex-ai", Arg::kBool, "there is no Vertex AI endpoint"},
+    {"vertex-ai-port", Arg::kInt, "there is no Vertex AI endpoint"},
+    {"vertex-ai-thread-count", Arg::kInt, "there is no Vertex AI endpoint"},
+    {"vertex-ai-default-model", Arg::kString, "there is no Vertex AI endpoint"},
+    {"allow-gpu-metrics", Arg::kBool, kNoGpu},
+    {"metrics-config", Arg::kString, "latency summaries and histograms are not implemented"},
+    {"trace-config", Arg::kString, "tracing is not implemented"},
+    {"trace-file", Arg::kString, "tracing is not implemented"},
+    {"trace-level", Arg::kString, "tracing is not implemented"},
+    {"trace-rate", Arg::kInt, "tracing is not implemented"},
+    {"trace-count", Arg::kInt, "tracing is not implemented"},
+    {"trace-log-frequency", Arg::kInt, "tracing is not implemented"},
+    {"cache-config", Arg::kString, "there is no response cache (models that enable it are refused)"},
+    {"cache-directory", Arg::kString, "there is no response cache"},
+    {"response-cache-byte-size", Arg::kInt, "there is no response cache"},
+    {"rate-limit", Arg::kString, "there is no rate limiter (models that configure one are refused)"},
+    {"rate-limit-resource", Arg::kString, "there is no rate limiter"},
+    {"pinned-memory-pool-byte-size", Arg::kInt, kNoGpu},
+    {"cuda-memory-pool-byte-size", Arg::kString, kNoGpu},
+    {"cuda-virtual-address-size", Arg::kString, kNoGpu},
+    {"min-supported-compute-capability", Arg::kFloat, kNoGpu},
+    {"model-load-gpu-limit", Arg::kString, kNoGpu},
+    {"buffer-manager-thread-count", Arg::kInt, "tensors are not copied by a buffer manager here"},
+    {"host-policy", Arg::kString, "host policies (NUMA, CPU sets) are not implemented"},
+    {"repoagent-directory", Arg::kString, "repository agents are not run"},
+    {"allow-client-shm", Arg::kBool, "the shared-memory extensions are not implemented"},
+};
+
+absl::Status CheckNoEffectValue(const NoEffectFlag& flag, const std::string& v) {
+  const std::string name(flag.name);
+  switch (flag.arg) {
+    case Arg::kBool: {
+      auto b = ParseBool(name, v);
+      if (!b.ok()) return b.status();
+      // A server asked for TLS must not start in plaintext.
+      if (*b && (name == "grpc-use-ssl" || name == "grpc-use-ssl-mutual")) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "--", name, "=", v, ": inferd's gRPC endpoint has no TLS; terminate TLS in front of "
+            "it (a proxy or load balancer) and leave this flag false"));
+      }
+      return absl::OkStatus();
+    }
+    case Arg::kInt: {
+      int64_t n;
+      if (!absl::SimpleAtoi(v, &n)) {
+        return absl::InvalidArgumentError(
+            inferd::StrCat("--", name, " takes an integer, got '", v, "'"));
+      }
+      return absl::OkStatus();
+    }
+    case Arg::kFloat: {
+      double d;
+      if (!absl::SimpleAtod(v, &d)) {
+        return absl::InvalidArgumentError(
+            inferd::StrCat("--", name, " takes a number, got '", v, "'"));
+      }
+      return absl::OkStatus();
+    }
+    case Arg::kString:
+      if (name == "grpc-infer-response-compression-level") {
+        for (const char* level : {"none", "low", "medium", "high"}) {
+          if (inferd::EqualsIgnoreCase(v, level)) return absl::OkStatus();
+        }
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "--", name, " takes none, low, medium or high, got '", v, "'"));
+      }
+      if (name == "rate-limit" && !inferd::EqualsIgnoreCase(v, "off") &&
+          !inferd::EqualsIgnoreCase(v, "execution_count")) {
+        return absl::InvalidArgumentError(
+            inferd::StrCat("--", name, " takes execution_count or off, got '", v, "'"));
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -116,10 +263,21 @@ std::string Usage() {
   --metrics-port=<n>               (default 8002; 0 picks a free port)
   --metrics-address=<addr>         (default 0.0.0.0)
   --metrics-interval-ms=<n>        CPU/memory sampling interval (default 2000)
+  --allow-cpu-metrics=<bool>       serve the nv_cpu_* gauges (default true)
   --log-verbose=<n>                verbose logging level (default 0)
   --log-format=default|ISO8601
-  --log-info/--log-warning/--log-error=<bool>   accepted for compatibility
+  --log-info/--log-warning/--log-error=<bool>   log lines of that level (default true)
+  --log-file=<path>                write the log there (appended) instead of to stderr
+  --exit-timeout-secs=<n>          after SIGTERM, exit (status 1) if requests in flight take
+                                   longer than this (default 30)
+  --model-config-name=<name>       use <model>/configs/<name>.pbtxt where it exists
+  --backend-config=[<backend>,]<key>=<value>   e.g. onnxruntime,default-max-batch-size=8
+                                   (the max_batch_size auto-complete gives a model that can
+                                   batch; default 4); repeatable
   --version, --help
+
+Every other tritonserver flag is accepted and logged at start as having no effect here (GPU,
+TLS, tracing, response cache, rate limiter, Vertex AI, ...); --grpc-use-ssl=true is refused.
 )";
 }
 
@@ -155,7 +313,6 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       return absl::OkStatus();
     };
   };
-  bool ignored_bool = false;
   std::map<std::string, Setter> with_value = {
       {"model-repository", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
       {"model-store", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
@@ -222,7 +379,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},
       {"grpc-infer-thread-count", set_int("grpc-infer-thread-count", 1, [&](int64_t n) { f.grpc.infer_threads = static_cast<int>(n); })},
       {"allow-metrics", set_bool("allow-metrics", &f.allow_metrics)},
-      {"allow-cpu-metrics", set_bool("allow-cpu-metrics", &ignored_bool)},
+      {"allow-cpu-metrics", set_bool("allow-cpu-metrics", &f.allow_cpu_metrics)},
       {"metrics-port", set_int("metrics-port", 0, [&](int64_t n) { f.metrics_http.port = static_cast<int>(n); })},
       {"metrics-address", [&](const std::string& v) { f.metrics_http.address = v; return absl::OkStatus(); }},
       {"metrics-interval-ms", set_int("metrics-interval-ms", 1, [&](int64_t n) { f.metrics_interval_ms = static_cast<int>(n); })},
@@ -235,9 +392,34 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          else return absl::InvalidArgumentError(inferd::StrCat("--log-format takes default or ISO8601, got '", v, "'"));
          return absl::OkStatus();
        }},
-      {"log-info", set_bool("log-info", &ignored_bool)},
-      {"log-warning", set_bool("log-warning", &ignored_bool)},
-      {"log-error", set_bool("log-error", &ignored_bool)},
+      {"log-info", set_bool("log-info", &f.log_info)},
+      {"log-warning", set_bool("log-warning", &f.log_warning)},
+      {"log-error", set_bool("log-error", &f.log_error)},
+      {"log-file", [&](const std::string& v) -> absl::Status {
+         if (v.empty()) return absl::InvalidArgumentError("--log-file needs a file name");
+         f.log_file = v;
+         return absl::OkStatus();
+       }},
+      {"exit-timeout-secs", [&](const std::string& v) -> absl::Status {
+         int64_t n;
+         if (!absl::SimpleAtoi(v, &n)) {
+           return absl::InvalidArgumentError(
+               inferd::StrCat("--exit-timeout-secs takes an integer, got '", v, "'"));
+         }
+         // tritonserver treats a negative timeout as 0.
+         f.exit_timeout_secs = static_cast<int>(std::clamp<int64_t>(n, 0, INT32_MAX));
+         return absl::OkStatus();
+       }},
+      {"model-config-name", [&](const std::string& v) -> absl::Status {
+         if (v.empty()) return absl::InvalidArgumentError("--model-config-name needs a name");
+         if (v.find_first_of("/ \t") != std::string::npos || v == "." || v == "..") {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--model-config-name takes a file name without spaces or '/', got '", v, "'"));
+         }
+         f.server.model_config_name = v;
+         return absl::OkStatus();
+       }},
+      {"backend-config", [&](const std::string& v) { return ParseBackendConfig(v, &f); }},
   };
 
   for (size_t i = 0; i < args.size(); ++i) {
@@ -258,7 +440,11 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       continue;
     }
     auto it = with_value.find(name);
-    if (it == with_value.end()) {
+    const NoEffectFlag* no_effect = nullptr;
+    for (const NoEffectFlag& flag : kNoEffectFlags) {
+      if (flag.name == name) no_effect = &flag;
+    }
+    if (it == with_value.end() && no_effect == nullptr) {
       return absl::InvalidArgumentError(inferd::StrCat("unknown flag '--", name, "'; see --help"));
     }
     if (!value) {
@@ -266,6 +452,13 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
         return absl::InvalidArgumentError(inferd::StrCat("flag '--", name, "' needs a value"));
       }
       value = args[++i];
+    }
+    if (no_effect != nullptr) {
+      absl::Status st = CheckNoEffectValue(*no_effect, *value);
+      if (!st.ok()) return st;
+      f.no_effect.push_back(inferd::StrCat("--", name, "=", *value,
+                                           " has no effect on this server (", no_effect->why, ")"));
+      continue;
     }
     absl::Status st = it->second(*value);
     if (!st.ok()) return st;
@@ -281,6 +474,51 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     return absl::InvalidArgumentError("--model-repository is required; see --help");
   }
   return f;
+}
+
+absl::StatusOr<std::vector<std::string>> ConfigureBackends(
+    const Flags& flags, const backends::BackendRegistry& registry) {
+  std::vector<std::string> no_effect;
+  static const std::map<std::string, std::string> kNone;
+  auto global_it = flags.backend_config.find("");
+  const auto& global = global_it == flags.backend_config.end() ? kNone : global_it->second;
+  std::map<std::string, bool> global_read;
+  for (const auto& [key, value] : global) global_read[key] = false;
+  for (backends::Backend* backend : registry.All()) {
+    const std::string name(backend->name());
+    std::map<std::string, std::string> settings = global;
+    auto own_it = flags.backend_config.find(name);
+    const auto& own = own_it == flags.backend_config.end() ? kNone : own_it->second;
+    for (const auto& [key, value] : own) settings[key] = value;
+    auto unread = backend->Configure(settings);
+    if (!unread.ok()) return unread.status();
+    for (const auto& [key, value] : settings) {
+      const bool read = std::find(unread->begin(), unread->end(), key) == unread->end();
+      if (own.count(key) != 0) {
+        if (read) continue;
+        no_effect.push_back(inferd::StrCat("--backend-config=", name, ",", key, "=", value,
+                                           " has no effect on this server (the ", name,
+                                           " backend does not read '", key, "')"));
+      } else if (read) {
+        global_read[key] = true;
+      }
+    }
+  }
+  for (const auto& [key, read] : global_read) {
+    if (read) continue;
+    no_effect.push_back(inferd::StrCat("--backend-config=", key, "=", global.at(key),
+                                       " has no effect on this server (no backend here uses '",
+                                       key, "')"));
+  }
+  for (const auto& [name, settings] : flags.backend_config) {
+    if (name.empty() || registry.Find(name) != nullptr) continue;
+    for (const auto& [key, value] : settings) {
+      no_effect.push_back(inferd::StrCat("--backend-config=", name, ",", key, "=", value,
+                                         " has no effect on this server (it has no '", name,
+                                         "' backend)"));
+    }
+  }
+  return no_effect;
 }
 
 }  // namespace inferd::app

@@ -1,10 +1,14 @@
 // inferd: wires the layers together, handles signals, and shuts down in order:
 // stop taking new work, drain the models (answering everything in flight), then close the
 // HTTP loops.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -16,6 +20,7 @@
 #include "backends/module_backend.h"
 #include "common/cpu_budget.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "frontends/grpc/grpc_frontend.h"
 #include "frontends/http/http_server.h"
 #include "frontends/http/kserve_service.h"
@@ -44,9 +49,24 @@ int main(int argc, char** argv) {
     std::cout << "inferd " << server::Server::kVersion << "\n";
     return 0;
   }
+  if (!flags->log_file.empty()) {
+    // Everything written to stderr from here on (inferd's lines and the runtimes' own) goes to
+    // the file, appended as tritonserver does.
+    const int fd = open(flags->log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+      std::cerr << "inferd: --log-file: cannot open '" << flags->log_file
+                << "': " << std::strerror(errno) << "\n";
+      return 2;
+    }
+    close(fd);
+  }
   SetLogVerbosity(flags->log_verbose);
   SetLogFormatIso8601(flags->log_iso8601);
+  SetLogLevelEnabled(LogLevel::kInfo, flags->log_info);
+  SetLogLevelEnabled(LogLevel::kWarning, flags->log_warning);
+  SetLogLevelEnabled(LogLevel::kError, flags->log_error);
   LOG_INFO << "CPU budget: " << cpu_budget.describe;
+  for (const std::string& line : flags->no_effect) LOG_WARNING << line;
 
   // Signals are taken synchronously by this thread; every thread created below inherits
   // the mask.
@@ -77,6 +97,13 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeModuleBackend(
       "pytorch", backend_dir + "/libinferd_backend_pytorch.so"));
 #endif
+
+  if (auto no_effect = app::ConfigureBackends(*flags, backends); !no_effect.ok()) {
+    std::cerr << "inferd: " << no_effect.status().message() << "\n";
+    return 2;
+  } else {
+    for (const std::string& line : *no_effect) LOG_WARNING << line;
+  }
 
   metrics::MetricsRegistry registry;
   server::Server server(flags->server, &backends, &registry);
@@ -115,7 +142,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<metrics::SystemMetrics> system_metrics;
   std::unique_ptr<http::HttpServer> metrics_http;
   if (flags->allow_metrics) {
-    system_metrics = std::make_unique<metrics::SystemMetrics>(&registry, flags->metrics_interval_ms);
+    if (flags->allow_cpu_metrics) {
+      system_metrics =
+          std::make_unique<metrics::SystemMetrics>(&registry, flags->metrics_interval_ms);
+    }
     metrics_http = std::make_unique<http::HttpServer>(
         flags->metrics_http,
         [&registry](const http::HttpRequest& req, std::shared_ptr<const void>,
@@ -159,11 +189,29 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   LOG_INFO << "received signal " << sig << ", shutting down";
+  // --exit-timeout-secs, as tritonserver: what is in flight gets that long to finish, then the
+  // process exits with status 1 whatever is left (a stuck model cannot hold it forever).
+  inferd::Mutex exit_mu;
+  bool stopped = false;
+  std::thread exit_timer([&] {
+    inferd::MutexLock lock(&exit_mu);
+    if (!exit_mu.AwaitWithTimeout(absl::Condition(&stopped),
+                                  absl::Seconds(flags->exit_timeout_secs))) {
+      LOG_ERROR << "exit timeout (" << flags->exit_timeout_secs
+                << " s, --exit-timeout-secs) expired with requests still in flight; exiting now";
+      std::_Exit(1);
+    }
+  });
   if (grpc) grpc->Stop();  // stops new RPCs; those in flight finish below
   server.Shutdown();  // answers every request in flight through the still-running loops
   if (http) http->Stop();
   if (sagemaker_http) sagemaker_http->Stop();
   if (metrics_http) metrics_http->Stop();
+  {
+    inferd::MutexLock lock(&exit_mu);
+    stopped = true;
+  }
+  exit_timer.join();
   LOG_INFO << "stopped";
   return 0;
 }

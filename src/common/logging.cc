@@ -14,12 +14,17 @@ namespace inferd {
 namespace {
 std::atomic<int> g_verbose{0};
 std::atomic<bool> g_iso{false};
+std::atomic<bool> g_enabled[3] = {true, true, true};  // kError, kWarning, kInfo
 }  // namespace
 
 void SetLogVerbosity(int verbose) { g_verbose.store(verbose); }
 void SetLogFormatIso8601(bool iso) { g_iso.store(iso); }
+void SetLogLevelEnabled(LogLevel level, bool enabled) {
+  if (level != LogLevel::kVerbose) g_enabled[static_cast<int>(level)].store(enabled);
+}
 bool LogEnabled(LogLevel level) {
-  return level != LogLevel::kVerbose || g_verbose.load(std::memory_order_relaxed) > 0;
+  if (level == LogLevel::kVerbose) return g_verbose.load(std::memory_order_relaxed) > 0;
+  return g_enabled[static_cast<int>(level)].load(std::memory_order_relaxed);
 }
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line)

@@ -11,6 +11,9 @@ enum class LogLevel { kError = 0, kWarning = 1, kInfo = 2, kVerbose = 3 };
 
 void SetLogVerbosity(int verbose);     // --log-verbose: 0 hides kVerbose lines.
 void SetLogFormatIso8601(bool iso);    // --log-format=ISO8601
+// --log-error / --log-warning / --log-info=false drop the lines of that level (not kVerbose,
+// which only SetLogVerbosity controls).
+void SetLogLevelEnabled(LogLevel level, bool enabled);
 bool LogEnabled(LogLevel level);
 
 class LogMessage {

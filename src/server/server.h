@@ -38,6 +38,9 @@ struct ServerOptions {
   bool strict_readiness = true;
   bool exit_on_error = true;
   bool auto_complete = true;
+  // --model-config-name: each model's config is <model>/configs/<name>.pbtxt where that file
+  // exists (config::ModelConfigPath), config.pbtxt otherwise.
+  std::string model_config_name;
   int cpu_cores = 1;
   size_t max_queue_size = 4096;
   // The model store (see repository/model_lifecycle.h).
