@@ -136,3 +136,22 @@ parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
     assert ("config.pbtxt field 'parameters' is not supported by inferd (an ensemble has no "
             "backend to read them") in entry["reason"], entry
     check_simple(srv, "simple")
+
+
+def test_reshape_a_backend_does_not_apply_is_refused(make_repo, server_factory):
+    """reshape is applied by each backend; the identity backend applies none, so a reshape there
+    would leave the tensor's shape as it came: refused, naming the backend."""
+    repo = make_repo({"simple": "simple", "ident": "identity_fp32"})
+    (repo / "ident" / "config.pbtxt").write_text("""name: "ident"
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""")
+    srv = server_factory([repo], ["--exit-on-error=false", "--strict-readiness=false"])
+    srv.wait_until(lambda: "ident" in index(srv), 30, "ident in the index")
+    entry = index(srv)["ident"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert ("config.pbtxt field 'input.reshape' is not supported by inferd's identity backend "
+            "(input 'INPUT0' would keep its dims") in entry["reason"], entry
+    check_simple(srv, "simple")
