@@ -191,7 +191,7 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     const std::string& name, const std::string& dir,
     const std::optional<config::ModelConfig>& override_config) {
   config::ModelConfig cfg;
-  const std::string path = inferd::StrCat(dir, "/config.pbtxt");
+  const std::string path = config::ModelConfigPath(dir, options_.model_config_name);
   if (override_config) {
     cfg = *override_config;
   } else if (fs::exists(path)) {
@@ -699,7 +699,7 @@ absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::st
     }
   }
   std::optional<config::ModelConfig> override_config;
-  const std::string path = StrCat(model_dir, "/config.pbtxt");
+  const std::string path = config::ModelConfigPath(model_dir, options_.model_config_name);
   if (fs::exists(path)) {
     ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
     cfg.set_name(name);

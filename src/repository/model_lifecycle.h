@@ -81,6 +81,7 @@ struct LifecycleOptions {
   // or only its size on disk (exact and repeatable, blind to what a backend allocates).
   bool footprint_from_disk = false;
   std::string eviction_policy = "cost";  // "cost" (recency, frequency, size, reload time) | "lru"
+  std::string model_config_name;  // --model-config-name (config::ModelConfigPath)
 };
 
 // What a store-wide counter saw, for the metrics and the tests.

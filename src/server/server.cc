@@ -27,6 +27,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.memory_budget_bytes = options_.memory_budget_bytes;
   lo.footprint_from_disk = options_.footprint_from_disk;
   lo.eviction_policy = options_.eviction_policy;
+  lo.model_config_name = options_.model_config_name;
   // Ensemble steps take the same path as a client's request: validation, then the model.
   lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);

@@ -301,8 +301,6 @@ def test_backend_config_keys_no_backend_reads_are_reported(server_factory, make_
     assert "--backend-config=some-setting=1 has no effect on this server" in log
 
 
-@pytest.mark.xfail(reason="repository/model_lifecycle.cc BuildConfig does not yet read "
-                          "config::ModelConfigPath(dir, options.model_config_name)", strict=False)
 def test_model_config_name_selects_configs_name_pbtxt(server_factory, make_repo):
     repo = make_repo({"simple": "simple", "other": "simple"})
     (repo / "other" / "config.pbtxt").write_text(
