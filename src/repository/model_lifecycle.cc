@@ -557,6 +557,12 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
           step.model_name, ")"));
     }
     auto model = Get(step.model_name, step.model_version);
+    if (model.ok() && ctx.siblings.count(step.model_name) &&
+        std::find(ctx.parts.begin(), ctx.parts.end(), step.model_name) == ctx.parts.end()) {
+      // Another archive loaded a part of this name already: this ensemble shares it, and it
+      // stays while either ensemble does.
+      ctx.parts.push_back(step.model_name);
+    }
     if (!model.ok()) {
       // A part beside the ensemble in its archive, else a model of the repositories.
       std::string dir;
@@ -891,9 +897,15 @@ absl::Status ModelLifecycle::Forget(const std::string& name) {
       return absl::NotFoundError(StrCat("model '", name, "' is not loaded"));
     }
     std::vector<std::string> parts = it->second.parts;
+    std::vector<std::string> kept;
+    for (const auto& p : parts) {
+      if (SharedPartLocked(p, name)) kept.push_back(p);
+    }
     RetireLocked(name, kUnloadedReason, &retired);
     entries_.erase(name);
-    for (const auto& p : parts) entries_.erase(p);
+    for (const auto& p : parts) {
+      if (std::find(kept.begin(), kept.end(), p) == kept.end()) entries_.erase(p);
+    }
   }
   FreeRetired(&retired);
   return absl::OkStatus();
@@ -912,8 +924,18 @@ void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reas
   }
   policy_->OnUnloaded(name);
   for (const auto& p : it->second.parts) {
-    if (p != name) RetireLocked(p, reason, retired);
+    if (p != name && !SharedPartLocked(p, name)) RetireLocked(p, reason, retired);
   }
+}
+
+bool ModelLifecycle::SharedPartLocked(const std::string& part, const std::string& leaving) const {
+  for (const auto& [n, e] : entries_) {
+    if (n == leaving || std::find(e.parts.begin(), e.parts.end(), part) == e.parts.end()) continue;
+    for (const auto& [v, slot] : e.versions) {
+      if (slot.model) return true;  // another loaded ensemble still runs it
+    }
+  }
+  return false;
 }
 
 void ModelLifecycle::UnloadAll() {

@@ -269,7 +269,10 @@ class ModelLifecycle {
   int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const std::string& name, const Entry& e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes every version of `name` (and its parts) out of the registry; the caller frees them
+  // True when a loaded entry other than `leaving` lists `part` among its parts.
+  bool SharedPartLocked(const std::string& part, const std::string& leaving) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes every version of `name` (and its parts no other ensemble shares) out of the registry; the caller frees them
   // outside mu_.
   void RetireLocked(const std::string& name, std::string_view reason,
                     std::vector<std::shared_ptr<const Model>>* retired)

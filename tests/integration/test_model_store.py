@@ -350,6 +350,42 @@ def test_multi_model_archive_with_an_ensemble_and_its_parts(server_factory, make
     assert srv.get("/v2/models/simple/ready").status_code == 400
 
 
+def test_two_archives_sharing_a_part_name(server_factory, make_repo, tmp_path, example_models):
+    """Two ensemble archives whose parts have the same name share the loaded part; deleting one
+    ensemble leaves the part for the other."""
+    archives = []
+    for n in ("one", "two"):
+        src = tmp_path / f"pkg_{n}"
+        (src / "chain" / "1").mkdir(parents=True)
+        (src / "chain" / "config.pbtxt").write_text(textwrap.dedent(CHAIN))
+        shutil.copytree(Path(example_models) / "simple", src / "simple")
+        archive = tmp_path / f"{n}.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(src / "chain", arcname="chain")
+            tar.add(src / "simple", arcname="simple")
+        archives.append(archive)
+    sm_port = free_port()
+    server_factory(make_repo({}), ["--allow-sagemaker=true", f"--sagemaker-port={sm_port}",
+                                   "--sagemaker-address=127.0.0.1",
+                                   f"--model-cache-dir={tmp_path / 'cache'}"])
+    url = f"http://127.0.0.1:{sm_port}"
+    for n, archive in zip(("one", "two"), archives):
+        r = requests.post(f"{url}/models", json={"model_name": n, "url": str(archive)}, timeout=60)
+        assert r.status_code == 200, r.text
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    body = {"inputs": [{"name": "A", "shape": [1, 16], "datatype": "INT32", "data": a.ravel().tolist()},
+                       {"name": "B", "shape": [1, 16], "datatype": "INT32", "data": a.ravel().tolist()}]}
+    assert requests.delete(f"{url}/models/one", timeout=60).status_code == 200
+    r = requests.post(f"{url}/models/two/invoke", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    out = {o["name"]: np.array(o["data"]).reshape(o["shape"]) for o in r.json()["outputs"]}
+    np.testing.assert_array_equal(out["TWICE_A"], 2 * a)
+    # The last ensemble leaving takes the part with it.
+    assert requests.delete(f"{url}/models/two", timeout=60).status_code == 200
+    r = requests.post(f"{url}/models/two/invoke", json=body, timeout=60)
+    assert r.status_code == 404, r.text
+
+
 def test_sagemaker_invoke_loads_the_target_model_on_demand(server_factory, tmp_path, example_models):
     repo = tmp_path / "archives"
     repo.mkdir()
