@@ -204,7 +204,10 @@ def inferd_on_path(tmp_path):
 def run_container(command, env, path, tmp_path):
     log = open(tmp_path / "container.log", "wb")
     # Its own session, so that whatever it leaves behind can be ended with it.
-    proc = subprocess.Popen(command, env={**env, "PATH": path}, stdout=log, stderr=subprocess.STDOUT,
+    # A sanitized binary (the test command's ASan and TSan stages) keeps its suppressions.
+    sanitizers = {k: v for k, v in os.environ.items() if k.endswith("SAN_OPTIONS")}
+    proc = subprocess.Popen(command, env={**sanitizers, **env, "PATH": path}, stdout=log,
+                            stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     return proc
