@@ -1380,13 +1380,6 @@ std::map<std::string, std::string> ModelLifecycle::UrlModels() const {
   return out;
 }
 
-StoreCounters ModelLifecycle::Counters() const {
-  inferd::ReaderMutexLock lock(&mu_);
-  StoreCounters c = counters_;
-  c.hits = hits_.load();
-  return c;
-}
-
 void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
   struct Row {
     std::string name;

@@ -84,7 +84,7 @@ struct LifecycleOptions {
   std::string model_config_name;  // --model-config-name (config::ModelConfigPath)
 };
 
-// What a store-wide counter saw, for the metrics and the tests.
+// The store-wide counters behind the inferd_model_* metrics.
 struct StoreCounters {
   uint64_t loads = 0, load_failures = 0;
   uint64_t evictions = 0;
@@ -151,10 +151,7 @@ class ModelLifecycle {
   int64_t FootprintBytes(std::string_view name, int64_t version) const;
   // Models loaded through LoadFromUrl and their URLs (SageMaker GET /models).
   std::map<std::string, std::string> UrlModels() const;
-  bool on_demand() const { return options_.on_demand; }
-  int64_t memory_budget_bytes() const { return options_.memory_budget_bytes; }
 
-  StoreCounters Counters() const;
   void CollectMetrics(metrics::PrometheusWriter& w) const;
 
  private:

@@ -11,26 +11,6 @@ namespace inferd::repository {
 
 namespace fs = std::filesystem;
 
-ScanResult ScanRepositories(const std::vector<std::string>& repositories) {
-  ScanResult result;
-  for (const auto& repo : repositories) {
-    std::error_code ec;
-    for (fs::directory_iterator it(repo, ec), end; !ec && it != end; it.increment(ec)) {
-      if (!it->is_directory(ec)) continue;
-      std::string name = it->path().filename().string();
-      if (name.empty() || name[0] == '.') continue;
-      auto [pos, inserted] = result.models.emplace(name, ModelLocation{name, it->path().string()});
-      if (!inserted) {
-        result.duplicates[name] = inferd::StrCat("model '", name, "' appears in both '",
-                                               pos->second.dir, "' and '", it->path().string(),
-                                               "'");
-      }
-    }
-  }
-  for (const auto& [name, reason] : result.duplicates) result.models.erase(name);
-  return result;
-}
-
 std::vector<int64_t> ListVersions(const std::string& model_dir) {
   std::vector<int64_t> versions;
   std::error_code ec;
@@ -67,14 +47,6 @@ std::string Fingerprint(const std::string& model_dir) {
   std::string out;
   for (auto& e : entries) inferd::StrAppend(&out, e, "\n");
   return out;
-}
-
-bool IsSafeModelName(std::string_view name) {
-  if (name.empty() || name == "." || name == "..") return false;
-  for (char c : name) {
-    if (c == '/' || c == '\\' || c == '\0') return false;
-  }
-  return true;
 }
 
 }  // namespace inferd::repository

@@ -815,39 +815,4 @@ absl::Status ExtractS3Archive(const S3Config& config, const S3Location& location
   return extracted;
 }
 
-absl::StatusOr<std::string> FetchS3Object(const S3Config& config, const S3Location& location,
-                                          const std::string& cache_dir, bool* cache_hit) {
-  const std::string what = S3Name(location);
-  absl::StatusOr<S3Object> head = HeadS3Object(config, location);
-  if (!head.ok()) return head.status();
-  std::string tag = head->etag;
-  for (auto& ch : tag) {
-    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  std::string flat = StrCat(location.bucket, "_", location.key);
-  for (auto& ch : flat) {
-    if (ch == '/') ch = '_';
-  }
-  const fs::path dir = fs::path(cache_dir) / "s3" / StrCat(flat, "-", tag.empty() ? "noetag" : tag);
-  const fs::path file = dir / fs::path(location.key).filename();
-  std::error_code ec;
-  if (!tag.empty() && fs::exists(file, ec) &&
-      static_cast<int64_t>(fs::file_size(file, ec)) == head->size) {
-    if (cache_hit) *cache_hit = true;
-    return file.string();
-  }
-  if (cache_hit) *cache_hit = false;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(StrCat("cannot create '", dir.string(), "': ", ec.message()));
-  const fs::path partial = dir / ".partial";
-  if (absl::Status st = DownloadS3Object(config, location, *head, partial.string()); !st.ok()) {
-    fs::remove(partial, ec);
-    return st;
-  }
-  fs::rename(partial, file, ec);
-  if (ec)
-    return absl::InternalError(StrCat("cannot rename into '", file.string(), "': ", ec.message()));
-  return file.string();
-}
-
 }  // namespace inferd::repository

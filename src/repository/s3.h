@@ -124,10 +124,4 @@ absl::Status ExtractS3Archive(const S3Config& config, const S3Location& location
                               const S3Object& info, const std::string& dest_dir,
                               const ExtractLimits& limits);
 
-// Downloads the object into `cache_dir` unless the cache already holds this ETag; returns the
-// local file's path. NOT_FOUND for a missing object, PERMISSION_DENIED for 401/403,
-// UNAVAILABLE for network failures, DATA_LOSS for a short download.
-absl::StatusOr<std::string> FetchS3Object(const S3Config& config, const S3Location& location,
-                                          const std::string& cache_dir, bool* cache_hit = nullptr);
-
 }  // namespace inferd::repository

@@ -340,9 +340,4 @@ absl::Status Server::ValidateModelName(std::string_view name) {
   return repository::ValidateModelName(name);
 }
 
-absl::Status Server::UnloadModelNow(const std::string& name) {
-  RETURN_IF_ERROR(repository::ValidateModelName(name));
-  return lifecycle_->Unload(name);
-}
-
 }  // namespace inferd::server

@@ -124,12 +124,10 @@ class Server {
   // Models loaded by LoadModelFromUrl, with their URLs.
   std::map<std::string, std::string> UrlModels() const;
   bool on_demand() const { return options_.control_mode == ControlMode::kOnDemand; }
-  int64_t memory_budget_bytes() const { return options_.memory_budget_bytes; }
   // Runs `task` on the store's loader pool; false when its queue is full.
   bool SubmitLoad(std::function<void()> task);
   // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
   static absl::Status ValidateModelName(std::string_view name);
-  absl::Status UnloadModelNow(const std::string& name);
 
  private:
   void PollLoop();
