@@ -268,3 +268,14 @@ def pb(tmp_path_factory):
     import grpc_service_pb2
     import grpc_service_pb2_grpc
     return grpc_service_pb2, grpc_service_pb2_grpc
+
+
+@pytest.fixture
+def s3(tmp_path, monkeypatch):
+    """An S3 server (s3server.S3Server) with bucket `models`; inferd's AWS_* point at it."""
+    from s3server import S3Server
+    server = S3Server(tmp_path / "s3data").start()
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    yield server
+    server.stop()

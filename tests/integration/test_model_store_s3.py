@@ -4,81 +4,17 @@ changed ETag, on-demand loads from S3 and the ETag-keyed cache surviving a resta
 down during a load (a clear 503, the server stays up, the model loads once S3 is back), and a
 bucket that does not exist failing the start."""
 
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import requests
 
-from conftest import free_port, launch
+from conftest import launch
 from v2client import infer, make_input, parse_response
 
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 9, dtype=np.int32)
-
-
-class S3:
-    """s3rver with one bucket, that a test can stop and start again on the same port."""
-
-    def __init__(self, data_dir):
-        cache = Path(os.environ.get("INFERD_CACHE_DIR",
-                                    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd"))
-        self.binary = cache / "s3rver-3.7.1/node_modules/.bin/s3rver"
-        assert self.binary.exists(), f"{self.binary} is missing: run scripts/setup.sh"
-        self.data = data_dir
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [str(self.binary), "-d", str(self.data), "-a", "127.0.0.1", "-p", str(self.port),
-             "--configure-bucket", "models", "--silent"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            # s3rver's continuation tokens use a cipher Node 20 offers only through its
-            # legacy provider: without it a truncated listing is a 500.
-            env={**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"})
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(self.endpoint + "/models", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and self.proc.poll() is None, "s3rver did not start"
-            time.sleep(0.2)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
-    def put(self, key, data):
-        r = requests.put(f"{self.endpoint}/models/{key}", data=data,
-                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, timeout=60)
-        assert r.status_code == 200, r.text
-
-    def put_model(self, prefix, name, example_models, config_text=None):
-        src = Path(example_models) / "simple"
-        cfg = config_text or (src / "config.pbtxt").read_text().replace('"simple"', f'"{name}"')
-        self.put(f"{prefix}/{name}/config.pbtxt", cfg.encode())
-        self.put(f"{prefix}/{name}/1/model.onnx", (src / "1" / "model.onnx").read_bytes())
-
-
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    data = tmp_path / "s3data"
-    data.mkdir()
-    server = S3(data)
-    server.start()
-    for k, v in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
-                 "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    yield server
-    server.stop()
 
 
 def simple_inputs():
@@ -103,7 +39,7 @@ def metric(srv, name):
 def test_s3_repository_at_start_and_poll_notices_a_changed_etag(s3, server_factory, example_models,
                                                                 tmp_path):
     for name in ("a", "b"):
-        s3.put_model("repo", name, example_models)
+        s3.put_model(f"repo/{name}", Path(example_models) / "simple", name=name)
     srv = server_factory("s3://models/repo", ["--model-control-mode=poll", "--repository-poll-secs=1",
                                               f"--model-cache-dir={tmp_path / 'cache'}"])
     for name in ("a", "b"):
@@ -117,7 +53,7 @@ def test_s3_repository_at_start_and_poll_notices_a_changed_etag(s3, server_facto
                    "a reloaded with the new config")
     check_simple(infer(srv, "a", simple_inputs()))
     # A model added to the bucket is loaded; one removed is unloaded.
-    s3.put_model("repo", "c", example_models)
+    s3.put_model("repo/c", Path(example_models) / "simple", name="c")
     srv.wait_until(lambda: srv.get("/v2/models/c/ready").status_code == 200, 30, "c loaded")
     for key in ("repo/b/config.pbtxt", "repo/b/1/model.onnx"):
         requests.delete(f"{s3.endpoint}/models/{key}", timeout=10)
@@ -127,7 +63,7 @@ def test_s3_repository_at_start_and_poll_notices_a_changed_etag(s3, server_facto
 
 def test_on_demand_from_s3_and_the_cache_survives_a_restart(s3, server_factory, example_models,
                                                             tmp_path, logs_dir):
-    s3.put_model("p", "m", example_models)
+    s3.put_model("p/m", Path(example_models) / "simple", name="m")
     args = ["--model-control-mode=on-demand", f"--model-cache-dir={tmp_path / 'cache'}"]
     srv = server_factory("s3://models/p", args)
     check_simple(infer(srv, "m", simple_inputs()))
@@ -141,7 +77,7 @@ def test_on_demand_from_s3_and_the_cache_survives_a_restart(s3, server_factory, 
 
 
 def test_s3_down_during_a_load_then_back(s3, server_factory, example_models, tmp_path):
-    s3.put_model("p", "m", example_models)
+    s3.put_model("p/m", Path(example_models) / "simple", name="m")
     srv = server_factory("s3://models/p", ["--model-control-mode=on-demand",
                                            f"--model-cache-dir={tmp_path / 'cache'}"])
     s3.stop()

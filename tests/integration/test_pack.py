@@ -22,7 +22,6 @@ import pytest
 import requests
 
 from conftest import REPO_ROOT, free_port
-from test_model_store_s3 import S3
 from v2client import infer, make_input, parse_response
 
 PACK_BIN = Path(os.environ.get("INFERD_PACK_BIN", REPO_ROOT / "build" / "inferd-pack"))
@@ -241,19 +240,6 @@ def test_copies_are_renamed_and_each_loads_under_its_name(tmp_path, simple_copy,
     assert requests.delete(sm.sm + "/models/e0", timeout=60).status_code == 200
     check_simple(requests.post(sm.sm + "/models/e1/invoke", json=simple_body(("A", "B")), timeout=60),
                  twice=True)
-
-
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    data = tmp_path / "s3data"
-    data.mkdir()
-    server = S3(data)
-    server.start()
-    for k, v in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
-                 "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    yield server
-    server.stop()
 
 
 def test_upload_to_s3_and_serve_from_there(s3, tmp_path, example_models, server_factory):

@@ -3,79 +3,12 @@ the ETag-keyed cache across a restart, Triton's s3://host:port/bucket/prefix for
 noticing a changed object, and S3 failures that leave the server up and the model loadable
 once S3 is back. The S3 code itself is unit-tested in tests/unit/sources_test.cc."""
 
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 
 from conftest import free_port, launch
-
-SIMPLE_FILES = ["config.pbtxt", "1/model.onnx"]
-
-
-class S3rver:
-    """s3rver on a loopback port with a bucket `models`; stop() and start() keep its data."""
-
-    def __init__(self, data_dir):
-        cache = Path(os.environ.get(
-            "INFERD_CACHE_DIR",
-            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd"))
-        self.binary = cache / "s3rver-3.7.1/node_modules/.bin/s3rver"
-        if not self.binary.exists():
-            pytest.skip(f"{self.binary} is missing: run scripts/setup.sh")
-        self.data = data_dir
-        self.data.mkdir(exist_ok=True)
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-        self.start()
-
-    def start(self):
-        # s3rver 3.7.1 makes its continuation tokens with DES, which Node 17+ (OpenSSL 3) offers
-        # only through the legacy provider; without it a paginated listing is a 500.
-        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
-        self.proc = subprocess.Popen(
-            [str(self.binary), "-d", str(self.data), "-a", "127.0.0.1", "-p", str(self.port),
-             "--configure-bucket", "models", "--silent"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(self.endpoint + "/models", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and self.proc.poll() is None, "s3rver did not start"
-            time.sleep(0.2)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-    def put(self, key, data):
-        r = requests.put(f"{self.endpoint}/models/{key}", data=data,
-                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, timeout=60)
-        assert r.status_code == 200, r.text
-
-    def put_model(self, prefix, src):
-        for f in SIMPLE_FILES:
-            self.put(f"{prefix}/{f}", (Path(src) / f).read_bytes())
-
-
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    server = S3rver(tmp_path / "s3data")
-    for k, v in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
-                 "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    yield server
-    if server.proc.poll() is None:
-        server.stop()
-
 
 def check_simple(srv):
     a = np.arange(16, dtype=np.int32).reshape(1, 16)

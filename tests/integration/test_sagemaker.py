@@ -443,51 +443,10 @@ def test_serve_script_single_model(tmp_path, example_models):
 # ---- S3 ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def s3rver(tmp_path, monkeypatch):
-    """A real S3-compatible server (npm s3rver, installed by scripts/setup.sh) on loopback,
-    with a bucket `models`; the AWS variables point inferd at it."""
-    import os
-    import subprocess
-    cache = Path(os.environ.get("INFERD_CACHE_DIR",
-                                Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd"))
-    binary = cache / "s3rver-3.7.1/node_modules/.bin/s3rver"
-    assert binary.exists(), f"{binary} is missing: run scripts/setup.sh"
-    port = free_port()
-    data = tmp_path / "s3data"
-    data.mkdir()
-    proc = subprocess.Popen([str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port),
-                             "--configure-bucket", "models", "--silent"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"})
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if requests.get(endpoint + "/models", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        assert time.monotonic() < deadline and proc.poll() is None, "s3rver did not start"
-        time.sleep(0.2)
-    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
-                 "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-
-    def upload(key, path):
-        r = requests.put(f"{endpoint}/models/{key}", data=Path(path).read_bytes(),
-                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, timeout=60)
-        assert r.status_code == 200, r.text
-
-    yield upload
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def test_mme_loads_archives_from_s3(s3rver, mme, tmp_path, example_models):
+def test_mme_loads_archives_from_s3(s3, mme, tmp_path, example_models):
     archives = make_fp32_models(example_models, tmp_path, 5)
     for i, a in enumerate(archives):
-        s3rver(f"archives/m{i}.tar.gz", a)
+        s3.put(f"archives/m{i}.tar.gz", Path(a).read_bytes())
     sm = mme()
     body, headers = sagemaker_body(simple_inputs(True))
     for i in range(5):

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from conftest import INFERD_BIN, REPO_ROOT
-from test_model_store_s3 import S3
+from s3server import S3Server
 from v2client import build_request, make_input, parse_response
 
 SCALE_OUT = REPO_ROOT / "scripts" / "scale_out.sh"
@@ -264,13 +264,9 @@ def test_sagemaker_front_routes_packed_archives_from_s3_on_the_target_model(
         fleet_factory, tmp_path, example_models):
     if not PACK_BIN.exists():
         pytest.skip(f"{PACK_BIN} is not built")
-    data = tmp_path / "s3data"
-    data.mkdir()
-    s3 = S3(data)
-    s3.start()
+    s3 = S3Server(tmp_path / "s3data").start()
     try:
-        env = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": "S3RVER",
-               "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_REGION": "us-east-1"}
+        env = s3.env()
         r = subprocess.run([str(PACK_BIN), "-o", str(tmp_path / "archives"), "--copies=12",
                             "--name-prefix=a", "--upload=s3://models/fleet/",
                             str(Path(example_models) / "simple")],
