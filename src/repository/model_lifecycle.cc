@@ -1228,6 +1228,12 @@ absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, b
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_view name,
                                                                  int64_t version) const {
+  return Lookup(name, version, /*count_use=*/true);
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_view name,
+                                                                    int64_t version,
+                                                                    bool count_use) const {
   RETURN_IF_ERROR(ValidateModelName(name));
   inferd::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
@@ -1236,7 +1242,8 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
   }
   const auto& versions = it->second.versions;
   const Usage& usage = *it->second.usage;
-  auto used = [this, &usage] {
+  auto used = [this, &usage, count_use] {
+    if (!count_use) return;
     hits_.fetch_add(1, std::memory_order_relaxed);
     const_cast<Usage&>(usage).uses.fetch_add(1, std::memory_order_relaxed);
     const_cast<Usage&>(usage).last_used_ns.store(core::NowNs(), std::memory_order_relaxed);
@@ -1289,7 +1296,8 @@ bool ModelLifecycle::IsReady(std::string_view name, int64_t version) const {
 
 // An ensemble is ready only while every model it runs is ready.
 bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int depth) const {
-  auto model = Get(name, version);
+  // A readiness probe is not a use: it must not keep a model from eviction.
+  auto model = Lookup(name, version, /*count_use=*/false);
   if (!model.ok()) return false;
   const config::ModelConfig& cfg = (*model)->config();
   if (cfg.platform() != "ensemble") return true;

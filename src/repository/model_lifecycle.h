@@ -243,6 +243,9 @@ class ModelLifecycle {
   void SetFailed(const std::string& name, const std::string& dir, const absl::Status& status);
   absl::Status PrepareEnsemble(const config::ModelConfig& config, LoadContext& ctx);
   bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
+  // Get, which counts a use (for the eviction policy and the hit metric) only with count_use.
+  absl::StatusOr<std::shared_ptr<const Model>> Lookup(std::string_view name, int64_t version,
+                                                      bool count_use) const;
   // Finds `source_name` in the repositories (first that holds it) and fetches it locally.
   absl::StatusOr<Located> Locate(const std::string& source_name);
   // source->Fetch, with what it downloaded counted in the metrics.

@@ -1,7 +1,6 @@
 #include "repository/source.h"
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <filesystem>
 #include <functional>
@@ -87,7 +86,6 @@ class LocalDirSource final : public Source {
     const fs::path partial = dest.string() + ".partial";
     fs::remove_all(partial, ec);
     fs::create_directories(partial.parent_path(), ec);
-    const auto start = std::chrono::steady_clock::now();
     if (absl::Status st = ExtractArchive(path.string(), partial.string(), options_.extract_limits);
         !st.ok()) {
       fs::remove_all(partial, ec);
@@ -101,10 +99,6 @@ class LocalDirSource final : public Source {
                                         dest.string(), "': ", ec.message()));
     }
     std::ofstream(dest / ".complete").flush();
-    if (stats) {
-      stats->extract_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
     return dest.string();
   }
 

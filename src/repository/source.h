@@ -37,7 +37,6 @@ struct FetchStats {
   bool cache_hit = false;        // nothing was downloaded or extracted
   int64_t bytes_downloaded = 0;
   double download_seconds = 0;   // downloading (and, when streamed, extracting)
-  double extract_seconds = 0;    // extracting a local archive
 };
 
 struct SourceOptions {

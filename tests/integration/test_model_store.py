@@ -282,6 +282,22 @@ dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 300
     assert resident(srv) == ["newcomer"]
 
 
+def test_readiness_probes_do_not_keep_a_model_from_eviction(make_repo, server_factory,
+                                                             example_models):
+    size = simple_size(example_models)
+    repo = make_repo({})
+    for n in ("a", "b", "c"):
+        add_simple(repo, example_models, n)
+    srv = server_factory(repo, ["--model-control-mode=on-demand", "--model-memory-accounting=disk",
+                                f"--model-memory-budget={int(size * 2.5)}", "--model-eviction-policy=lru"])
+    check_simple(infer(srv, "a", simple_inputs()))
+    check_simple(infer(srv, "b", simple_inputs()))
+    for _ in range(20):  # a Kubernetes-style probe of `a`: not a use
+        assert srv.get("/v2/models/a/ready").status_code == 200
+    check_simple(infer(srv, "c", simple_inputs()))
+    assert resident(srv) == ["b", "c"]
+
+
 # ---- reloads ----------------------------------------------------------------------------------
 
 
