@@ -12,6 +12,9 @@
 #     the example ResNet-50 (c=2), where it is almost all compute. Everything shares this
 #     machine's cores: wrk, nginx and inferd; other load on the machine moves single segments
 #     a lot, hence five alternating rounds and their median.
+#     Then the same for `simple` with the router on a CPU of its own, as it is in a deployment
+#     (nginx or an ingress on other machines or pods): nginx pinned to the last CPU, the replica
+#     and wrk to the others, for both the direct and the routed segments (needs 2+ CPUs).
 # The ratios are the last lines. --smoke: a short trace, one 1 s round.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -119,6 +122,20 @@ router_ratio() {
 ROUTER_SIMPLE=$(router_ratio m00 "$W/body.bin" "$SIMPLE_HLEN" 16)
 ROUTER_RESNET="n/a (examples/model_repository/resnet50 not generated)"
 [[ -d "$W/router/resnet50" ]] && ROUTER_RESNET=$(router_ratio resnet50 "$W/resnet.bin" "$RESNET_HLEN" 2)
+# The router on a CPU of its own: nginx's processes on the last CPU, the replica's threads and
+# wrk (through this shell, whose children inherit its affinity) on the others.
+ROUTER_OWN_CPU="n/a (one CPU)"
+NCPU=$(nproc)
+if ((NCPU >= 2)) && command -v taskset >/dev/null; then
+  ALL_CPUS="0-$((NCPU - 1))" CLIENT_CPUS="0-$((NCPU - 2))"
+  for p in "$NGINX_PID" $(pgrep -P "$NGINX_PID"); do taskset -a -p -c "$((NCPU - 1))" "$p" >/dev/null; done
+  taskset -a -p -c "$CLIENT_CPUS" "$REPLICA_0_PID" >/dev/null
+  taskset -p -c "$CLIENT_CPUS" $$ >/dev/null
+  ROUTER_OWN_CPU=$(router_ratio m00 "$W/body.bin" "$SIMPLE_HLEN" 16)
+  taskset -p -c "$ALL_CPUS" $$ >/dev/null
+  taskset -a -p -c "$ALL_CPUS" "$REPLICA_0_PID" >/dev/null
+  for p in "$NGINX_PID" $(pgrep -P "$NGINX_PID"); do taskset -a -p -c "$ALL_CPUS" "$p" >/dev/null; done
+fi
 # Latency nginx adds to one request at a time (p50, wrk c=1).
 export BODY_FILE="$W/body.bin" HEADER_LENGTH="$SIMPLE_HLEN"
 P_DIRECT=$(wrk_p50_ms 1 "$DURATION" "$ROOT/bench/body_request.lua" "http://127.0.0.1:$REPLICA_0_HTTP_PORT/v2/models/m00/infer")
@@ -134,5 +151,6 @@ echo "per replica (3 replicas): $(field "$THREE" '["replicas"]')"
 echo "loads per 1000 requests: 1 replica $(printf '%.1f' "$L1"), 3 replicas $(printf '%.1f' "$L3")"
 echo "simple c=1 p50: direct ${P_DIRECT} ms, through nginx ${P_FRONT} ms"
 echo "router overhead, ResNet-50 c=2 (nginx / direct, goal >= 0.8): $ROUTER_RESNET"
-echo "router overhead, simple c=16 (nginx / direct, goal >= 0.8): $ROUTER_SIMPLE"
+echo "router overhead, simple c=16, all on the same CPUs (nginx / direct, goal >= 0.8): $ROUTER_SIMPLE"
+echo "router overhead, simple c=16, nginx on a CPU of its own (nginx / direct, goal >= 0.8): $ROUTER_OWN_CPU"
 echo "loads per 1000 requests, 3 replicas / 1 replica (goal <= 0.2): $(awk -v a="$L3" -v b="$L1" 'BEGIN {printf "%.3f", a / b}')"
