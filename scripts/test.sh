@@ -3,13 +3,15 @@
 # the integration tests that start the real server (pytest), then the benchmark smoke run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# stage <name>: a header with the time spent so far, so a slow stage shows in CI's log.
+stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
 "$ROOT/scripts/setup.sh"
 /usr/bin/python3 "$ROOT/tests/models/gen_models.py" --example "$ROOT/examples/model_repository"
 
-echo "== unit tests (ctest)"
+stage "unit tests (ctest)"
 (cd "$ROOT/build" && ctest --output-on-failure -j "$(nproc)")
 
-echo "== integration tests (pytest)"
+stage "integration tests (pytest)"
 cd "$ROOT"
 set +e
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration
@@ -18,7 +20,7 @@ set -e
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 
-echo "== benchmarks (smoke)"
+stage "benchmarks (smoke)"
 # Smoke runs check that every benchmark runs; their segments are too short to measure with.
 for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_preprocess ensemble json memory mme scale_out; do
   bash "$ROOT/bench/$b.sh" --smoke | tail -1 | sed "s/^/smoke, not a measurement (figures: bench\/RESULTS.md): /"
@@ -26,7 +28,7 @@ done
 
 # The container image (Dockerfile), built with buildah and checked the way SageMaker runs it.
 # Skipped, loudly, only where buildah cannot run (INFERD_REQUIRE_IMAGE=1 makes that a failure).
-echo "== container image (scripts/build_image.sh, scripts/test_image.sh)"
+stage "container image (scripts/build_image.sh, scripts/test_image.sh)"
 if reason="$("$ROOT/scripts/build_image.sh" --check)"; then
   "$ROOT/scripts/build_image.sh"
   "$ROOT/scripts/test_image.sh"
@@ -41,7 +43,7 @@ fi
 # libFuzzer targets: unit tests, the integration suite against the sanitized binary (without
 # the LibTorch backend, which this build leaves out), and a short run of every fuzzer.
 if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
-  echo "== sanitizers (ASan + UBSan) and fuzzers"
+  stage "sanitizers (ASan + UBSan) and fuzzers"
   ASAN_DIR="$ROOT/build-asan"
   BUILD_DIR="$ASAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
     INFERD_SANITIZE=address,undefined \
@@ -71,7 +73,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   # ThreadSanitizer: unit tests and the integration suite against a TSan binary, with gRPC
   # off: Debian's gRPC and Abseil are not built with TSan, whose view of their threads is
   # noise (fuzz/tsan.supp covers what remains of them in the process).
-  echo "== ThreadSanitizer"
+  stage "ThreadSanitizer"
   TSAN_DIR="$ROOT/build-tsan"
   BUILD_DIR="$TSAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
     INFERD_SANITIZE=thread EXTRA_CMAKE_ARGS="-DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
@@ -80,4 +82,4 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   INFERD_BIN="$TSAN_DIR/inferd" INFERD_TEST_NO_GRPC=1 /usr/bin/python3 -m pytest -q \
     -p no:cacheprovider -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
 fi
-echo "== all tests passed"
+stage "all tests passed"
