@@ -5,6 +5,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # stage <name>: a header with the time spent so far, so a slow stage shows in CI's log.
 stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+# First, before any build: an #include that runs up a layer (docs/ARCHITECTURE.md, Layers).
+stage "layer check (scripts/check_layers.py)"
+/usr/bin/python3 "$ROOT/scripts/check_layers.py"
 "$ROOT/scripts/setup.sh"
 /usr/bin/python3 "$ROOT/tests/models/gen_models.py" --example "$ROOT/examples/model_repository"
 
