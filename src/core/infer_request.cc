@@ -1,6 +1,7 @@
 #include "core/infer_request.h"
 
 #include <chrono>
+#include <cstdio>
 
 namespace inferd::core {
 
@@ -20,6 +21,29 @@ void CompleteWithError(std::unique_ptr<InferRequest> request, absl::Status statu
   InferCallback cb = std::move(request->on_complete);
   request.reset();
   if (cb) cb(std::move(response));
+}
+
+namespace {
+std::string Millis(uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(ns) / 1e6);
+  return buf;
+}
+uint64_t Waited(const InferRequest& request, uint64_t now_ns) {
+  return now_ns > request.times.received_ns ? now_ns - request.times.received_ns : 0;
+}
+}  // namespace
+
+absl::Status CancelledError(const InferRequest& request, uint64_t now_ns) {
+  return absl::CancelledError("request for model '" + request.model_name +
+                              "' was cancelled by the client after " +
+                              Millis(Waited(request, now_ns)) + " ms");
+}
+
+absl::Status DeadlineError(const InferRequest& request, uint64_t now_ns, std::string_view limit) {
+  return absl::DeadlineExceededError("request for model '" + request.model_name +
+                                     "' timed out: waited " + Millis(Waited(request, now_ns)) +
+                                     " ms (" + std::string(limit) + ")");
 }
 
 uint64_t NowNs() {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "common/data_type.h"
+#include "core/cancellation.h"
 
 namespace inferd::core {
 
@@ -74,7 +75,14 @@ struct InferRequest {
   std::vector<InputTensor> inputs;
   std::vector<RequestedOutput> outputs;  // empty: every output of the model.
   uint32_t priority = 0;
+  // The `timeout` parameter (microseconds), as Triton: the queue policy decides whether it
+  // applies (allow_timeout_override); the default scheduler applies it from `received_ns`.
   uint64_t timeout_us = 0;
+  // The client's own deadline (gRPC deadline), monotonic ns; 0: none. Always applies: past it
+  // nobody waits for the answer, so a queued request is answered DEADLINE_EXCEEDED unrun.
+  uint64_t deadline_ns = 0;
+  // Set by the frontend when the client can go away (see cancellation.h); null: never.
+  std::shared_ptr<CancellationToken> cancel;
 
   // Keeps the bytes that `inputs[i].data` view alive (an HTTP body, a gRPC message, ...).
   std::shared_ptr<const void> payload;
@@ -85,12 +93,19 @@ struct InferRequest {
   InferCallback on_complete;
 
   const InputTensor* FindInput(std::string_view name) const;
+  bool IsCancelled() const { return cancel != nullptr && cancel->IsCancelled(); }
   // Batch size: the first dimension of the first input when the model batches, else 1.
   int64_t batch_size = 1;
 };
 
 // Completes `request` with an error response carrying its model and id.
 void CompleteWithError(std::unique_ptr<InferRequest> request, absl::Status status);
+
+// The answer to a request the client cancelled before it ran (CANCELLED).
+absl::Status CancelledError(const InferRequest& request, uint64_t now_ns);
+// The answer to a request whose deadline passed while it waited (DEADLINE_EXCEEDED, 504),
+// with the time it waited and the limit that applied.
+absl::Status DeadlineError(const InferRequest& request, uint64_t now_ns, std::string_view limit);
 
 // Monotonic clock in nanoseconds.
 uint64_t NowNs();

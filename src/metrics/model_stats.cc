@@ -52,7 +52,7 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   s.compute_input = compute_input_.Get();
   s.compute_infer = compute_infer_.Get();
   s.compute_output = compute_output_.Get();
-  for (int i = 0; i < 4; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
+  for (int i = 0; i < kNumFailureReasons; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
   inferd::MutexLock lock(&batch_mu_);
   s.batch_stats = batch_stats_;
   return s;

@@ -23,9 +23,14 @@ struct BatchStats {
   Duration compute_output;
 };
 
-// Why a request failed, as Triton labels nv_inference_request_failure.
-enum class FailureReason { kRejected = 0, kCanceled = 1, kBackend = 2, kOther = 3 };
-inline constexpr const char* kFailureReasonNames[] = {"REJECTED", "CANCELED", "BACKEND", "OTHER"};
+// Why a request failed, as Triton labels nv_inference_request_failure (REJECTED, CANCELED,
+// BACKEND, OTHER), plus TIMEOUT: a deadline (the `timeout` parameter, the queue policy's
+// timeout, a gRPC deadline) expired before it ran. Triton counts those as REJECTED; inferd
+// keeps them apart so an overloaded model (REJECTED) and a too-tight deadline are told apart.
+enum class FailureReason { kRejected = 0, kCanceled = 1, kBackend = 2, kOther = 3, kTimeout = 4 };
+inline constexpr int kNumFailureReasons = 5;
+inline constexpr const char* kFailureReasonNames[kNumFailureReasons] = {
+    "REJECTED", "CANCELED", "BACKEND", "OTHER", "TIMEOUT"};
 
 struct ModelStatsSnapshot {
   uint64_t last_inference_ms = 0;
@@ -34,7 +39,7 @@ struct ModelStatsSnapshot {
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   Duration cache_hit, cache_miss;
   std::map<uint64_t, BatchStats> batch_stats;  // by batch size
-  uint64_t fail_by_reason[4] = {0, 0, 0, 0};
+  uint64_t fail_by_reason[kNumFailureReasons] = {};
 };
 
 class ModelStats {
@@ -62,7 +67,7 @@ class ModelStats {
   std::atomic<uint64_t> last_inference_ms_{0};
   std::atomic<uint64_t> inference_count_{0};
   std::atomic<uint64_t> execution_count_{0};
-  std::atomic<uint64_t> fail_by_reason_[4] = {0, 0, 0, 0};
+  std::atomic<uint64_t> fail_by_reason_[kNumFailureReasons] = {};
   Counter success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
   mutable inferd::Mutex batch_mu_;
   std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);

@@ -244,7 +244,7 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
   w.Family("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
            "counter");
   for (const auto& r : rows) {
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < metrics::kNumFailureReasons; ++i) {
       metrics::Labels l = r.labels;
       l.emplace_back("reason", metrics::kFailureReasonNames[i]);
       w.Sample("nv_inference_request_failure", l, double(r.s.fail_by_reason[i]));
