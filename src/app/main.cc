@@ -17,6 +17,7 @@
 #include "backends/identity/identity_backend.h"
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
+#include "backends/python/python_backend.h"
 #include "backends/module_backend.h"
 #include "common/cpu_budget.h"
 #include "common/logging.h"
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeIdentityBackend());
   backends.Register(backends::MakeImageBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
+  backends.Register(backends::MakePythonBackend());
 #ifdef INFERD_WITH_LIBTORCH
   // LibTorch is loaded when the first PyTorch model loads, not before.
   const std::string backend_dir = flags->backend_directory.empty()

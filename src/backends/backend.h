@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -28,6 +29,11 @@ struct ModelSpec {
   std::string model_path;   // <version_dir>/<default_model_filename>
   int total_instances = 1;  // instances over every group, for the thread budget
   int cpu_cores = 1;
+  // The server's inference entry point, for backends whose models call other models (the
+  // Python backend's BLS); null where the server offers none. Completes the request itself.
+  std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
+  // Whether a model (version -1: any) is ready, for pb_utils.is_model_ready; may be null.
+  std::function<bool(const std::string& name, int64_t version)> is_model_ready;
 };
 
 // Timestamps a backend reports from inside Execute (monotonic ns).
@@ -51,6 +57,10 @@ class ModelInstance {
 
   // Compute threads this instance uses (for the thread-budget log line).
   virtual int ThreadCount() const { return 1; }
+
+  // False while the instance cannot run requests (the Python backend's process died and is
+  // being restarted); the model reports not ready meanwhile. Thread-safe.
+  virtual bool Ready() const { return true; }
 };
 
 class Backend {
@@ -75,6 +85,10 @@ class Backend {
   // True when Execute takes a batch whose requests' tensors differ in shape on inputs marked
   // `allow_ragged_batch` (each request's tensor used as it is, never concatenated).
   virtual bool SupportsRaggedBatch() const { return false; }
+
+  // True when CreateInstance may run for several instances of a model at once (each on its
+  // own thread), as the Python backend's instances start their processes in parallel.
+  virtual bool CreatesInstancesConcurrently() const { return false; }
 
   // Creates instance `index` (0-based over all groups) of group `group`.
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(

@@ -419,6 +419,7 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   if (config->default_model_filename().empty()) {
     if (config->platform() == "onnxruntime_onnx") config->set_default_model_filename("model.onnx");
     if (config->platform() == "pytorch_libtorch") config->set_default_model_filename("model.pt");
+    if (config->backend() == "python") config->set_default_model_filename("model.py");
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <thread>
 
 #include "common/strings.h"
 #include "common/logging.h"
@@ -157,20 +158,41 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
           "' sets allow_ragged_batch, which backend '", backend->name(), "' does not support"));
     }
   }
+  spec.dispatch = options.dispatch;
+  spec.is_model_ready = options.is_model_ready;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
-  int index = 0;
-  for (const auto& group : config.instance_group()) {
+  std::vector<const inference::ModelInstanceGroup*> groups;  // per instance
+  for (const auto& group : spec.config->instance_group()) {
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
       return absl::FailedPreconditionError(inferd::StrCat(
           "model '", config.name(), "': instance_group '", group.name(),
           "' asks for KIND_GPU but no GPU is available; use KIND_CPU or KIND_AUTO"));
     }
-    for (int i = 0; i < group.count(); ++i) {
-      auto instance = backend->CreateInstance(spec, group, index++);
-      if (!instance.ok()) return instance.status();
-      instances.push_back(*std::move(instance));
+    for (int i = 0; i < group.count(); ++i) groups.push_back(&group);
+  }
+  {
+    std::vector<absl::StatusOr<std::unique_ptr<backends::ModelInstance>>> created;
+    for (size_t i = 0; i < groups.size(); ++i) created.emplace_back(absl::UnknownError("not created"));
+    if (backend->CreatesInstancesConcurrently() && groups.size() > 1) {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < groups.size(); ++i) {
+        threads.emplace_back([&, i] {
+          created[i] = backend->CreateInstance(spec, *groups[i], static_cast<int>(i));
+        });
+      }
+      for (auto& t : threads) t.join();
+    } else {
+      for (size_t i = 0; i < groups.size(); ++i) {
+        created[i] = backend->CreateInstance(spec, *groups[i], static_cast<int>(i));
+        if (!created[i].ok()) return created[i].status();
+      }
+    }
+    for (auto& c : created) {
+      if (!c.ok()) return c.status();
+      instances.push_back(*std::move(c));
     }
   }
+  for (const auto& inst : instances) model->instances_.push_back(inst.get());
   int threads = 0;
   for (const auto& inst : instances) threads += inst->ThreadCount();
   if (threads > options.cpu_cores) {
@@ -208,6 +230,13 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
 
 Model::~Model() {
   if (scheduler_) scheduler_->Shutdown();
+}
+
+bool Model::InstancesReady() const {
+  for (const auto* instance : instances_) {
+    if (!instance->Ready()) return false;
+  }
+  return true;
 }
 
 void Model::Enqueue(std::unique_ptr<core::InferRequest> request) const {

@@ -22,6 +22,9 @@ struct LoadOptions {
   size_t max_queue_size = 4096;
   // Where an ensemble sends its steps' requests (the server's inference entry point).
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
+  // Whether a model is ready (the server's readiness), for backends that ask (Python's
+  // is_model_ready).
+  std::function<bool(const std::string& name, int64_t version)> is_model_ready;
 };
 
 // Runs every model_warmup sample on `instance` (count times each). Fails with the reason.
@@ -45,6 +48,8 @@ class Model {
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
   size_t InFlight() const { return scheduler_->InFlight(); }
+  // False while an instance cannot run (ModelInstance::Ready: a Python process restarting).
+  bool InstancesReady() const;
   // Labels of each output that names a label_filename (classification extension). Shared so
   // a completion callback can hold them without holding the model.
   using LabelMap = std::map<std::string, std::vector<std::string>>;
@@ -58,6 +63,8 @@ class Model {
   std::unique_ptr<metrics::ModelStats> stats_;
   std::shared_ptr<const LabelMap> labels_;
   std::unique_ptr<scheduling::Scheduler> scheduler_;
+  // The instances (owned by scheduler_), for InstancesReady.
+  std::vector<const backends::ModelInstance*> instances_;
 };
 
 }  // namespace inferd::repository

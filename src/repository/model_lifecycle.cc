@@ -233,6 +233,7 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
   if (options_.auto_complete && backend != nullptr && !versions.empty()) {
     std::string filename = cfg.default_model_filename();
     if (filename.empty() && cfg.backend() == "onnxruntime") filename = "model.onnx";
+    if (filename.empty() && cfg.backend() == "python") filename = "model.py";
     std::string model_path = inferd::StrCat(dir, "/", versions.back(), "/", filename);
     if (!filename.empty() && fs::exists(model_path)) {
       RETURN_IF_ERROR(backend->AutoCompleteConfig(model_path, &cfg));
@@ -1300,7 +1301,7 @@ bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int 
   auto model = Lookup(name, version, /*count_use=*/false);
   if (!model.ok()) return false;
   const config::ModelConfig& cfg = (*model)->config();
-  if (cfg.platform() != "ensemble") return true;
+  if (cfg.platform() != "ensemble") return (*model)->InstancesReady();
   if (depth >= 16) return false;
   for (const auto& step : cfg.ensemble_scheduling().step()) {
     const int64_t v = step.model_version() > 0 ? step.model_version() : -1;

@@ -30,6 +30,9 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.model_config_name = options_.model_config_name;
   // Ensemble steps take the same path as a client's request: validation, then the model.
   lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
+  lo.load.is_model_ready = [this](const std::string& name, int64_t version) {
+    return IsModelReady(name, version);
+  };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 256);
 }

@@ -1,0 +1,952 @@
+#include "backends/python/python_backend.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "backends/module_backend.h"
+#include "backends/python/python_stub_process.h"
+#include "common/logging.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace inferd::backends {
+namespace fs = std::filesystem;
+using python::LaunchSpec;
+using python::StubProcess;
+
+namespace {
+
+constexpr std::string_view kParameters[] = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"};
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kInitTimeoutNs = 300ull * 1000000000ull;  // initialize(): model downloads
+constexpr uint64_t kFinalizeTimeoutNs = 5ull * 1000000000ull;
+
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void Key(JsonWriter& w, std::string_view k) { w.Key(k.data(), static_cast<rapidjson::SizeType>(k.size())); }
+void Str(JsonWriter& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+
+std::string_view GetString(const rapidjson::Value& v, const char* key) {
+  if (!v.IsObject()) return {};
+  auto it = v.FindMember(key);
+  if (it == v.MemberEnd() || !it->value.IsString()) return {};
+  return {it->value.GetString(), it->value.GetStringLength()};
+}
+
+int64_t GetInt(const rapidjson::Value& v, const char* key, int64_t fallback) {
+  if (!v.IsObject()) return fallback;
+  auto it = v.FindMember(key);
+  if (it == v.MemberEnd() || !it->value.IsInt64()) return fallback;
+  return it->value.GetInt64();
+}
+
+// TritonError codes (TRITONSERVER_Error_Code) to and from absl's.
+absl::Status StatusFromTritonCode(int64_t code, std::string message) {
+  switch (code) {
+    case 2: return absl::NotFoundError(message);
+    case 3: return absl::InvalidArgumentError(message);
+    case 4: return absl::UnavailableError(message);
+    case 5: return absl::UnimplementedError(message);
+    case 6: return absl::AlreadyExistsError(message);
+    case 7: return absl::CancelledError(message);
+    case 0: return absl::UnknownError(message);
+    default: return absl::InternalError(message);
+  }
+}
+
+int TritonCodeFromStatus(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kNotFound: return 2;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: return 3;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kDeadlineExceeded: return 4;
+    case absl::StatusCode::kUnimplemented: return 5;
+    case absl::StatusCode::kAlreadyExists: return 6;
+    case absl::StatusCode::kCancelled: return 7;
+    case absl::StatusCode::kUnknown: return 0;
+    default: return 1;
+  }
+}
+
+// A tensor the stub wrote: {"name", "datatype", "shape", "offset", "size"}.
+struct TensorDesc {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  Shape shape;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+absl::StatusOr<TensorDesc> ParseTensorDesc(const rapidjson::Value& v) {
+  TensorDesc d;
+  d.name = std::string(GetString(v, "name"));
+  d.datatype = DataTypeFromString(GetString(v, "datatype"));
+  if (d.datatype == DataType::kInvalid) {
+    return absl::InternalError(inferd::StrCat("tensor '", d.name, "' has an unknown data type"));
+  }
+  auto shape = v.FindMember("shape");
+  if (shape != v.MemberEnd() && shape->value.IsArray()) {
+    for (const auto& x : shape->value.GetArray()) d.shape.push_back(x.IsInt64() ? x.GetInt64() : -1);
+  }
+  d.offset = static_cast<uint64_t>(GetInt(v, "offset", 0));
+  d.size = static_cast<uint64_t>(GetInt(v, "size", 0));
+  return d;
+}
+
+void WriteTensorDesc(JsonWriter& w, std::string_view name, DataType type, const Shape& shape,
+                     uint64_t offset, uint64_t size) {
+  w.StartObject();
+  Key(w, "name");
+  Str(w, name);
+  Key(w, "datatype");
+  Str(w, DataTypeName(type));
+  Key(w, "shape");
+  w.StartArray();
+  for (int64_t d : shape) w.Int64(d);
+  w.EndArray();
+  Key(w, "offset");
+  w.Uint64(offset);
+  Key(w, "size");
+  w.Uint64(size);
+  w.EndObject();
+}
+
+// Writes `tensors` into the process's region from offset 0 and their descriptors into `w`
+// (as an array under the current key).
+template <typename T>
+absl::Status WriteTensors(StubProcess* proc, const std::vector<const T*>& tensors, JsonWriter& w) {
+  uint64_t total = 0;
+  for (const T* t : tensors) total = AlignUp(total + t->data.size());
+  auto base = proc->Reserve(std::max<uint64_t>(total, 1));
+  if (!base.ok()) return base.status();
+  uint64_t off = 0;
+  w.StartArray();
+  for (const T* t : tensors) {
+    if (!t->data.empty()) std::memcpy(*base + off, t->data.data(), t->data.size());
+    WriteTensorDesc(w, t->name, t->datatype, t->shape, off, t->data.size());
+    off = AlignUp(off + t->data.size());
+  }
+  w.EndArray();
+  return absl::OkStatus();
+}
+
+// Copies the tensors a message names out of the region into one buffer; views into it.
+absl::StatusOr<std::vector<core::OutputTensor>> ReadTensors(StubProcess* proc,
+                                                            const rapidjson::Value& list) {
+  std::vector<TensorDesc> descs;
+  uint64_t total = 0;
+  if (list.IsArray()) {
+    for (const auto& v : list.GetArray()) {
+      auto d = ParseTensorDesc(v);
+      if (!d.ok()) return d.status();
+      total += d->size;
+      descs.push_back(*std::move(d));
+    }
+  }
+  auto buffer = std::make_shared<std::string>();
+  buffer->resize(total);
+  std::vector<core::OutputTensor> out;
+  uint64_t pos = 0;
+  for (const TensorDesc& d : descs) {
+    auto region = proc->Region(d.offset, d.size);
+    if (!region.ok()) return region.status();
+    std::memcpy(buffer->data() + pos, region->data(), d.size);
+    core::OutputTensor t;
+    t.name = d.name;
+    t.datatype = d.datatype;
+    t.shape = d.shape;
+    t.data = std::string_view(buffer->data() + pos, d.size);
+    t.holder = buffer;
+    out.push_back(std::move(t));
+    pos += d.size;
+  }
+  return out;
+}
+
+absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::string_view label) {
+  rapidjson::Document doc;
+  doc.Parse(text.data(), text.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    return absl::InternalError(
+        inferd::StrCat("the Python process of ", label, " sent a message that is not JSON"));
+  }
+  return doc;
+}
+
+// Settings shared by every Python model (--backend-config=python,...; SAGEMAKER_TRITON_SHM_*).
+struct BackendSettings {
+  uint64_t shm_default_bytes = 1 << 20;
+  uint64_t shm_growth_bytes = 1 << 20;
+};
+
+// The interpreter and PYTHONPATH a model's EXECUTION_ENV_PATH asks for.
+absl::Status ResolveEnvironment(const config::ModelConfig& cfg, const std::string& model_dir,
+                                LaunchSpec* spec) {
+  auto env_path = config::GetParameter(cfg, "EXECUTION_ENV_PATH");
+  if (!env_path || env_path->empty()) return absl::OkStatus();
+  std::string path = *env_path;
+  const std::string token = "$$TRITON_MODEL_DIRECTORY";
+  if (auto pos = path.find(token); pos != std::string::npos) path.replace(pos, token.size(), model_dir);
+  std::error_code ec;
+  std::string root;
+  if (fs::is_directory(path, ec)) {
+    root = path;
+  } else if (fs::is_regular_file(path, ec)) {
+    // A packed environment (conda-pack, or a venv/site-packages tarball): extract it once next to
+    // the archive's name, keyed by its size and modification time.
+    const auto size = fs::file_size(path, ec);
+    const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+    const char* tmp = std::getenv("TMPDIR");
+    root = inferd::StrCat(tmp && *tmp ? tmp : "/tmp", "/inferd-python-env-",
+                          std::hash<std::string>{}(inferd::StrCat(fs::absolute(path).string(), ":",
+                                                                  size, ":", mtime)));
+    if (!fs::exists(root + "/.complete", ec)) {
+      fs::create_directories(root, ec);
+      const std::string cmd =
+          inferd::StrCat("tar -xzf '", path, "' -C '", root, "' 2>&1");
+      if (std::system(cmd.c_str()) != 0) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", cfg.name(), "': parameters EXECUTION_ENV_PATH '", *env_path,
+            "' could not be extracted (expected a .tar.gz of a Python environment)"));
+      }
+      std::ofstream(root + "/.complete") << "ok\n";
+    }
+  } else {
+    return absl::InvalidArgumentError(inferd::StrCat("model '", cfg.name(),
+                                                     "': parameters EXECUTION_ENV_PATH '",
+                                                     *env_path, "' does not exist"));
+  }
+  if (fs::exists(root + "/bin/python3", ec)) spec->python = root + "/bin/python3";
+  // site-packages of the environment, whichever Python version it was packed for.
+  bool found = false;
+  for (const char* lib : {"/lib", "/lib64"}) {
+    if (!fs::is_directory(root + lib, ec)) continue;
+    for (const auto& e : fs::directory_iterator(root + lib, ec)) {
+      const std::string sp = e.path().string() + "/site-packages";
+      if (e.path().filename().string().rfind("python3", 0) == 0 && fs::is_directory(sp, ec)) {
+        spec->python_path.push_back(sp);
+        found = true;
+      }
+    }
+  }
+  if (!found) spec->python_path.push_back(root);
+  return absl::OkStatus();
+}
+
+// One instance of a Python model: one stub process, a monitor thread that restarts it when it
+// dies. Execute runs on the model's instance thread (one at a time); Ready and the monitor run
+// on other threads, so the process handle is guarded by mu_.
+class PythonInstance : public ModelInstance {
+ public:
+  PythonInstance(const ModelSpec& spec, LaunchSpec launch, std::string instance_name)
+      : spec_(spec),
+        config_(*spec.config),
+        launch_(std::move(launch)),
+        instance_name_(std::move(instance_name)),
+        label_(inferd::StrCat("model '", config_.name(), "' instance '", instance_name_, "'")) {
+    launch_.label = label_;
+  }
+
+  ~PythonInstance() override { Stop(); }
+
+  // Starts the process and runs initialize(); fails with the model's error.
+  absl::Status Start() {
+    auto proc = Launch();
+    if (!proc.ok()) return proc.status();
+    {
+      inferd::MutexLock lock(&mu_);
+      proc_ = *std::move(proc);
+    }
+    ready_.store(true);
+    monitor_ = std::thread([this] { Monitor(); });
+    return absl::OkStatus();
+  }
+
+  bool Ready() const override { return ready_.load(); }
+
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
+    std::shared_ptr<Proc> proc = CurrentProcess();
+    if (proc == nullptr) {
+      std::string why;
+      {
+        inferd::MutexLock lock(&mu_);
+        why = last_failure_;
+      }
+      for (auto* r : responses) {
+        r->status = absl::UnavailableError(inferd::StrCat(label_, " is not ready: ", why));
+      }
+      return;
+    }
+    uint64_t deadline = 0;
+    for (const auto* r : requests) {
+      if (r->timeout_us == 0) continue;
+      const uint64_t d = r->times.received_ns + r->timeout_us * 1000;
+      deadline = deadline == 0 ? d : std::min(deadline, d);
+    }
+    absl::Status st = RunExecute(proc.get(), requests, responses, times, deadline);
+    if (st.ok()) return;
+    // The process failed (died, hung past a deadline, broke the protocol): fail the batch,
+    // report the instance not ready and let the monitor restart it.
+    ready_.store(false);
+    if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+      kill(proc->stub->pid(), SIGKILL);
+    } else if (st.code() == absl::StatusCode::kInternal) {
+      kill(proc->stub->pid(), SIGKILL);  // protocol broken: start over
+    }
+    std::string cause = WaitForExit(proc.get());
+    const absl::StatusCode code = st.code() == absl::StatusCode::kDeadlineExceeded
+                                      ? absl::StatusCode::kDeadlineExceeded
+                                      : absl::StatusCode::kInternal;
+    absl::Status err(code, inferd::StrCat(label_, ": the Python process ",
+                                          cause.empty() ? "failed" : cause, " during execute (",
+                                          st.message(), "); it is being restarted"));
+    for (auto* r : responses) {
+      r->outputs.clear();
+      r->status = err;
+    }
+  }
+
+ private:
+  struct Proc {
+    std::unique_ptr<StubProcess> stub;
+    bool exited = false;      // guarded by the instance's mu_
+    std::string exit_cause;   // guarded by the instance's mu_
+  };
+
+  std::shared_ptr<Proc> CurrentProcess() {
+    inferd::MutexLock lock(&mu_);
+    // A restart in progress: wait for it (a bounded time) rather than failing at once.
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](PythonInstance* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                               return !self->restarting_ || self->stopping_;
+                             },
+                             this),
+                         absl::Seconds(60));
+    if (restarting_ || stopping_ || proc_ == nullptr || proc_->exited) return nullptr;
+    return proc_;
+  }
+
+  // The cause of the process's exit, once the monitor has reaped it (waits up to 2 s).
+  std::string WaitForExit(Proc* proc) {
+    inferd::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&proc->exited), absl::Seconds(2));
+    return proc->exited ? proc->exit_cause : std::string();
+  }
+
+  absl::StatusOr<std::shared_ptr<Proc>> Launch() {
+    auto stub = StubProcess::Spawn(launch_);
+    if (!stub.ok()) return stub.status();
+    auto proc = std::make_shared<Proc>();
+    proc->stub = *std::move(stub);
+    {
+      inferd::MutexLock lock(&mu_);
+      launching_pid_ = proc->stub->pid();
+    }
+    absl::Status st = Initialize(proc->stub.get());
+    {
+      inferd::MutexLock lock(&mu_);
+      launching_pid_ = -1;
+    }
+    if (!st.ok()) {
+      kill(proc->stub->pid(), SIGKILL);
+      int status = 0;
+      while (waitpid(proc->stub->pid(), &status, 0) < 0 && errno == EINTR) {
+      }
+      return st;
+    }
+    return proc;
+  }
+
+  absl::Status Initialize(StubProcess* stub) {
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "init");
+    Key(w, "model_path");
+    Str(w, spec_.model_path);
+    Key(w, "model_dir");
+    Str(w, spec_.version_dir);
+    Key(w, "args");
+    w.StartObject();
+    const std::pair<std::string_view, std::string> args[] = {
+        {"model_config", config::ModelConfigToJson(config_)},
+        {"model_instance_kind", "CPU"},
+        {"model_instance_name", instance_name_},
+        {"model_instance_device_id", "0"},
+        {"model_repository", spec_.model_dir},
+        {"model_version", inferd::StrCat(spec_.version)},
+        {"model_name", config_.name()},
+    };
+    for (const auto& [k, v] : args) {
+      Key(w, k);
+      Str(w, v);
+    }
+    w.EndObject();
+    w.EndObject();
+    if (auto st = stub->Send({buf.GetString(), buf.GetSize()}); !st.ok()) return st;
+    for (;;) {
+      auto reply = stub->Receive(core::NowNs() + kInitTimeoutNs);
+      if (!reply.ok()) {
+        return absl::FailedPreconditionError(inferd::StrCat(
+            label_, ": the Python process did not start: ", reply.status().message(),
+            " (see the log for its output)"));
+      }
+      auto doc = ParseMessage(*reply, label_);
+      if (!doc.ok()) return doc.status();
+      const std::string_view op = GetString(*doc, "op");
+      if (op == "log") {
+        HandleLog(*doc);
+        continue;
+      }
+      if (op == "ok") return absl::OkStatus();
+      return absl::InvalidArgumentError(inferd::StrCat(
+          label_, ": initialize() failed: ", GetString(*doc, "message")));
+    }
+  }
+
+  void HandleLog(const rapidjson::Value& doc) {
+    const int64_t level = GetInt(doc, "level", 0);
+    const std::string_view message = GetString(doc, "message");
+    switch (level) {
+      case 1: LOG_WARNING << label_ << ": " << message; break;
+      case 2: LOG_ERROR << label_ << ": " << message; break;
+      case 3: LOG_VERBOSE << label_ << ": " << message; break;
+      default: LOG_INFO << label_ << ": " << message; break;
+    }
+  }
+
+  // One BLS call a model made: the request went to the server; the completion lands here.
+  struct BlsCall {
+    inferd::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::unique_ptr<core::InferResponse> response ABSL_GUARDED_BY(mu);
+  };
+
+  std::shared_ptr<BlsCall> StartBls(StubProcess* stub, const rapidjson::Value& doc,
+                                    absl::Status* error) {
+    auto call = std::make_shared<BlsCall>();
+    if (!spec_.dispatch) {
+      *error = absl::UnimplementedError("BLS calls are not available in this server");
+      return nullptr;
+    }
+    auto req = std::make_unique<core::InferRequest>();
+    req->model_name = std::string(GetString(doc, "model_name"));
+    req->model_version = GetInt(doc, "model_version", -1);
+    if (req->model_version <= 0) req->model_version = -1;
+    req->id = std::string(GetString(doc, "id"));
+    req->timeout_us = static_cast<uint64_t>(std::max<int64_t>(GetInt(doc, "timeout", 0), 0));
+    req->times.received_ns = core::NowNs();
+    auto inputs = doc.FindMember("inputs");
+    if (inputs != doc.MemberEnd()) {
+      auto tensors = ReadTensors(stub, inputs->value);
+      if (!tensors.ok()) {
+        *error = tensors.status();
+        return nullptr;
+      }
+      if (!tensors->empty()) req->payload = tensors->front().holder;
+      for (auto& t : *tensors) {
+        core::InputTensor in;
+        in.name = t.name;
+        in.datatype = t.datatype;
+        in.shape = t.shape;
+        in.data = t.data;
+        req->inputs.push_back(std::move(in));
+      }
+    }
+    auto outputs = doc.FindMember("outputs");
+    if (outputs != doc.MemberEnd() && outputs->value.IsArray()) {
+      for (const auto& o : outputs->value.GetArray()) {
+        if (!o.IsString()) continue;
+        core::RequestedOutput out;
+        out.name = o.GetString();
+        req->outputs.push_back(std::move(out));
+      }
+    }
+    req->on_complete = [call](std::unique_ptr<core::InferResponse> response) {
+      inferd::MutexLock lock(&call->mu);
+      call->response = std::move(response);
+      call->done = true;
+    };
+    spec_.dispatch(std::move(req));
+    return call;
+  }
+
+  // Waits for `call` and writes its result (outputs into the region) as the reply.
+  absl::Status FinishBls(StubProcess* stub, BlsCall* call, uint64_t deadline) {
+    std::unique_ptr<core::InferResponse> response;
+    {
+      inferd::MutexLock lock(&call->mu);
+      auto cond = absl::Condition(&call->done);
+      if (deadline == 0) {
+        call->mu.Await(cond);
+      } else {
+        const uint64_t now = core::NowNs();
+        call->mu.AwaitWithTimeout(cond, absl::Nanoseconds(deadline > now ? deadline - now : 0));
+      }
+      if (!call->done) {
+        return absl::DeadlineExceededError("a BLS call did not finish before the request's timeout");
+      }
+      response = std::move(call->response);
+    }
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "bls_result");
+    if (!response->status.ok()) {
+      Key(w, "error");
+      Str(w, std::string(response->status.message()));
+      Key(w, "code");
+      w.Int(TritonCodeFromStatus(response->status));
+    } else {
+      std::vector<const core::OutputTensor*> outs;
+      for (const auto& o : response->outputs) outs.push_back(&o);
+      Key(w, "outputs");
+      if (auto st = WriteTensors(stub, outs, w); !st.ok()) return st;
+    }
+    w.EndObject();
+    return stub->Send({buf.GetString(), buf.GetSize()});
+  }
+
+  absl::Status SendBlsError(StubProcess* stub, const absl::Status& error) {
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "bls_result");
+    Key(w, "error");
+    Str(w, std::string(error.message()));
+    Key(w, "code");
+    w.Int(TritonCodeFromStatus(error));
+    w.EndObject();
+    return stub->Send({buf.GetString(), buf.GetSize()});
+  }
+
+  // One execute round trip (plus whatever BLS, logging and readiness calls the model makes
+  // meanwhile). A non-OK result means the process itself failed; the model's own errors are
+  // set on the responses.
+  absl::Status RunExecute(Proc* proc, std::span<core::InferRequest* const> requests,
+                          std::span<core::InferResponse* const> responses, ExecutionTimes* times,
+                          uint64_t deadline) {
+    StubProcess* stub = proc->stub.get();
+    rapidjson::StringBuffer buf;
+    {
+      JsonWriter w(buf);
+      w.StartObject();
+      Key(w, "op");
+      Str(w, "execute");
+      Key(w, "requests");
+      uint64_t total = 0;
+      for (const auto* r : requests) {
+        for (const auto& in : r->inputs) total = AlignUp(total + in.data.size());
+      }
+      auto base = stub->Reserve(std::max<uint64_t>(total, 1));
+      if (!base.ok()) return base.status();
+      uint64_t off = 0;
+      w.StartArray();
+      for (const auto* r : requests) {
+        w.StartObject();
+        Key(w, "id");
+        Str(w, r->id);
+        if (r->timeout_us != 0) {
+          Key(w, "timeout");
+          w.Uint64(r->timeout_us);
+        }
+        Key(w, "inputs");
+        w.StartArray();
+        for (const auto& in : r->inputs) {
+          if (!in.data.empty()) std::memcpy(*base + off, in.data.data(), in.data.size());
+          WriteTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
+          off = AlignUp(off + in.data.size());
+        }
+        w.EndArray();
+        Key(w, "outputs");
+        w.StartArray();
+        if (r->outputs.empty()) {
+          for (const auto& o : config_.output()) Str(w, o.name());
+        } else {
+          for (const auto& o : r->outputs) Str(w, o.name);
+        }
+        w.EndArray();
+        w.EndObject();
+      }
+      w.EndArray();
+      w.EndObject();
+    }
+    times->input_end_ns = core::NowNs();
+    if (auto st = stub->Send({buf.GetString(), buf.GetSize()}); !st.ok()) return st;
+
+    std::map<int64_t, std::shared_ptr<BlsCall>> pending;
+    int64_t next_call = 0;
+    for (;;) {
+      auto reply = stub->Receive(deadline);
+      if (!reply.ok()) return reply.status();
+      auto parsed = ParseMessage(*reply, label_);
+      if (!parsed.ok()) return parsed.status();
+      const rapidjson::Document& doc = *parsed;
+      const std::string_view op = GetString(doc, "op");
+      if (op == "log") {
+        HandleLog(doc);
+      } else if (op == "is_model_ready") {
+        bool ready = false;
+        if (spec_.is_model_ready) {
+          int64_t version = -1;
+          const std::string_view v = GetString(doc, "version");
+          if (!v.empty() && !absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &version)) version = -2;
+          ready = version != -2 &&
+                  spec_.is_model_ready(std::string(GetString(doc, "name")), version > 0 ? version : -1);
+        }
+        RETURN_IF_ERROR(stub->Send(ready ? R"({"op":"ready","ready":true})"
+                                            : R"({"op":"ready","ready":false})"));
+      } else if (op == "bls") {
+        absl::Status error;
+        auto call = StartBls(stub, doc, &error);
+        const bool wait = doc.HasMember("wait") && doc["wait"].IsBool() && doc["wait"].GetBool();
+        if (call == nullptr) {
+          RETURN_IF_ERROR(SendBlsError(stub, error));
+        } else if (wait) {
+          RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
+        } else {
+          const int64_t id = next_call++;
+          pending[id] = std::move(call);
+          RETURN_IF_ERROR(stub->Send(inferd::StrCat(R"({"op":"bls_id","call":)", id, "}")));
+        }
+      } else if (op == "bls_wait") {
+        auto it = pending.find(GetInt(doc, "call", -1));
+        if (it == pending.end()) {
+          RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
+                                                    "this BLS call was already awaited")));
+        } else {
+          auto call = std::move(it->second);
+          pending.erase(it);
+          RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
+        }
+      } else if (op == "done") {
+        times->output_start_ns = core::NowNs();
+        return CollectResponses(stub, doc, requests, responses);
+      } else if (op == "error") {
+        // The stub could not run execute at all (a bug in the message or the model module).
+        for (auto* r : responses) {
+          r->status = absl::InternalError(inferd::StrCat(
+              "Failed to process the request(s) for ", label_, ", message: ",
+              GetString(doc, "message")));
+        }
+        return absl::OkStatus();
+      } else {
+        return absl::InternalError(inferd::StrCat("unexpected message '", op, "'"));
+      }
+    }
+  }
+
+  absl::Status CollectResponses(StubProcess* stub, const rapidjson::Document& doc,
+                                std::span<core::InferRequest* const> requests,
+                                std::span<core::InferResponse* const> responses) {
+    const std::string_view batch_error = GetString(doc, "error");
+    if (!batch_error.empty()) {
+      for (auto* r : responses) {
+        r->status = absl::InternalError(inferd::StrCat(
+            "Failed to process the request(s) for ", label_, ", message: ", batch_error));
+      }
+      return absl::OkStatus();
+    }
+    auto list = doc.FindMember("responses");
+    if (list == doc.MemberEnd() || !list->value.IsArray() ||
+        list->value.Size() != responses.size()) {
+      return absl::InternalError("the Python process answered a different number of responses");
+    }
+    for (size_t i = 0; i < responses.size(); ++i) {
+      const rapidjson::Value& v = list->value[static_cast<rapidjson::SizeType>(i)];
+      core::InferResponse& resp = *responses[i];
+      if (v.HasMember("error")) {
+        resp.status = StatusFromTritonCode(GetInt(v, "code", 1), std::string(GetString(v, "error")));
+        continue;
+      }
+      auto outs = v.FindMember("outputs");
+      if (outs == v.MemberEnd()) continue;
+      auto tensors = ReadTensors(stub, outs->value);
+      if (!tensors.ok()) return tensors.status();
+      for (auto& t : *tensors) {
+        if (IsOutputRequested(*requests[i], t.name)) resp.outputs.push_back(std::move(t));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Reaps the process; when it dies outside a shutdown, starts a new one (retrying with a
+  // growing pause) and reports the instance ready again once initialize() has run.
+  void Monitor() {
+    for (;;) {
+      std::shared_ptr<Proc> proc;
+      {
+        inferd::MutexLock lock(&mu_);
+        proc = proc_;
+      }
+      int status = 0;
+      while (waitpid(proc->stub->pid(), &status, 0) < 0 && errno == EINTR) {
+      }
+      const std::string cause = python::DescribeWaitStatus(status);
+      {
+        inferd::MutexLock lock(&mu_);
+        proc->exited = true;
+        proc->exit_cause = cause;
+        if (stopping_) return;
+        restarting_ = true;
+        last_failure_ = inferd::StrCat("the Python process ", cause);
+      }
+      ready_.store(false);
+      LOG_WARNING << label_ << ": the Python process " << cause << "; restarting it";
+      absl::Duration pause = absl::Milliseconds(100);
+      for (;;) {
+        auto next = Launch();
+        inferd::MutexLock lock(&mu_);
+        if (next.ok()) {
+          if (stopping_) {
+            kill((*next)->stub->pid(), SIGKILL);
+            int st = 0;
+            waitpid((*next)->stub->pid(), &st, 0);
+            restarting_ = false;
+            return;
+          }
+          proc_ = *std::move(next);
+          restarting_ = false;
+          ready_.store(true);
+          LOG_INFO << label_ << ": the Python process is running again";
+          break;
+        }
+        last_failure_ = std::string(next.status().message());
+        LOG_ERROR << label_ << ": restart failed: " << next.status().message();
+        if (stopping_) {
+          restarting_ = false;
+          return;
+        }
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), pause);
+        if (stopping_) {
+          restarting_ = false;
+          return;
+        }
+        pause = std::min(pause * 2, absl::Seconds(10));
+      }
+    }
+  }
+
+  void Stop() {
+    std::shared_ptr<Proc> proc;
+    bool restarting;
+    {
+      inferd::MutexLock lock(&mu_);
+      stopping_ = true;
+      proc = proc_;
+      restarting = restarting_;
+      if (launching_pid_ > 0) kill(launching_pid_, SIGKILL);
+    }
+    if (proc != nullptr && !restarting) {
+      // finalize(), then the process exits by itself.
+      bool exited;
+      {
+        inferd::MutexLock lock(&mu_);
+        exited = proc->exited;
+      }
+      if (!exited && proc->stub->Send(R"({"op":"finalize"})").ok()) {
+        (void)proc->stub->Receive(core::NowNs() + kFinalizeTimeoutNs);
+      }
+      inferd::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&proc->exited), absl::Seconds(5));
+      if (!proc->exited) kill(proc->stub->pid(), SIGKILL);
+    }
+    if (monitor_.joinable()) monitor_.join();
+  }
+
+
+  const ModelSpec spec_;
+  const config::ModelConfig& config_;
+  LaunchSpec launch_;
+  const std::string instance_name_;
+  const std::string label_;
+  std::atomic<bool> ready_{false};
+  std::thread monitor_;
+  inferd::Mutex mu_;
+  std::shared_ptr<Proc> proc_ ABSL_GUARDED_BY(mu_);
+  bool restarting_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  pid_t launching_pid_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string last_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+class PythonBackend : public Backend {
+ public:
+  PythonBackend() {
+    // SageMaker's Triton container names (its serve script turns them into --backend-config).
+    ReadSize("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", &settings_.shm_default_bytes);
+    ReadSize("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", &settings_.shm_growth_bytes);
+  }
+
+  std::string_view name() const override { return "python"; }
+  bool CreatesInstancesConcurrently() const override { return true; }
+
+  absl::StatusOr<std::vector<std::string>> Configure(
+      const std::map<std::string, std::string>& settings) override {
+    std::vector<std::string> unread;
+    for (const auto& [key, value] : settings) {
+      uint64_t* target = key == "shm-default-byte-size"  ? &settings_.shm_default_bytes
+                         : key == "shm-growth-byte-size" ? &settings_.shm_growth_bytes
+                                                         : nullptr;
+      if (target == nullptr) {
+        unread.push_back(key);
+        continue;
+      }
+      if (!absl::SimpleAtoi(absl::string_view(value), target) || *target == 0) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "--backend-config: python's ", key, " takes a positive byte count, got '", value, "'"));
+      }
+    }
+    return unread;
+  }
+
+  absl::Status AutoCompleteConfig(const std::string& model_path,
+                                  config::ModelConfig* config) override {
+    // Starting Python costs ~0.1 s: only when the file defines auto_complete_config.
+    std::ifstream in(model_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find("auto_complete_config") == std::string::npos) return absl::OkStatus();
+    const std::string model_dir = fs::path(model_path).parent_path().parent_path().string();
+    LaunchSpec launch = BaseLaunch(inferd::StrCat("model '", config->name(), "' (auto-complete)"));
+    RETURN_IF_ERROR(ResolveEnvironment(*config, model_dir, &launch));
+    auto stub = StubProcess::Spawn(launch);
+    if (!stub.ok()) return stub.status();
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "auto_complete");
+    Key(w, "model_path");
+    Str(w, model_path);
+    Key(w, "model_dir");
+    Str(w, fs::path(model_path).parent_path().string());
+    Key(w, "name");
+    Str(w, config->name());
+    Key(w, "config");
+    Str(w, config::ModelConfigToJson(*config));
+    w.EndObject();
+    absl::Status st = (*stub)->Send({buf.GetString(), buf.GetSize()});
+    absl::StatusOr<std::string> reply = st.ok() ? (*stub)->Receive(core::NowNs() + kInitTimeoutNs)
+                                                : absl::StatusOr<std::string>(st);
+    (void)(*stub)->Send(R"({"op":"finalize"})");
+    const pid_t pid = (*stub)->pid();
+    stub->reset();  // closes the socket: the stub exits on EOF
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!reply.ok()) return reply.status();
+    auto doc = ParseMessage(*reply, config->name());
+    if (!doc.ok()) return doc.status();
+    if (GetString(*doc, "op") != "ok") {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", config->name(), "': auto_complete_config failed: ", GetString(*doc, "message")));
+    }
+    auto completed = config::ParseModelConfigJson(GetString(*doc, "config"));
+    if (!completed.ok()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", config->name(), "': auto_complete_config returned a configuration that does "
+          "not parse: ", completed.status().message()));
+    }
+    *config = *std::move(completed);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    static constexpr ConfigSupport kSupport{kParameters};
+    RETURN_IF_ERROR(CheckConfigSupport(*spec.config, name(), kSupport));
+    const config::ModelConfig& cfg = *spec.config;
+    if (cfg.model_transaction_policy().decoupled()) {
+      return absl::UnimplementedError(inferd::StrCat(
+          "model '", cfg.name(), "': decoupled Python models (get_response_sender) are not "
+          "supported by inferd's python backend yet"));
+    }
+    if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS");
+        force && *force != "yes" && *force != "no") {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", cfg.name(), "': parameters FORCE_CPU_ONLY_INPUT_TENSORS takes 'yes' or 'no', "
+          "got '", *force, "'"));
+    }
+    std::error_code ec;
+    if (!fs::is_regular_file(spec.model_path, ec)) {
+      return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", spec.model_path,
+                                                "' not found"));
+    }
+    // Triton's instance names: <group name>_<index within the group>.
+    int first = 0;
+    for (const auto& g : cfg.instance_group()) {
+      if (&g == &group) break;
+      first += g.count();
+    }
+    const std::string instance_name = inferd::StrCat(group.name(), "_", index - first);
+    LaunchSpec launch = BaseLaunch("");
+    RETURN_IF_ERROR(ResolveEnvironment(cfg, spec.model_dir, &launch));
+    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), instance_name);
+    RETURN_IF_ERROR(instance->Start());
+    return instance;
+  }
+
+ private:
+  static void ReadSize(const char* env, uint64_t* out) {
+    const char* v = std::getenv(env);
+    uint64_t n = 0;
+    if (v != nullptr && absl::SimpleAtoi(v, &n) && n > 0) *out = n;
+  }
+
+  LaunchSpec BaseLaunch(std::string label) const {
+    LaunchSpec l;
+    l.stub_dir = PythonStubDirectory();
+    l.shm_default_bytes = settings_.shm_default_bytes;
+    l.shm_growth_bytes = settings_.shm_growth_bytes;
+    l.label = std::move(label);
+    if (const char* py = std::getenv("INFERD_PYTHON"); py != nullptr && *py) l.python = py;
+    return l;
+  }
+
+  BackendSettings settings_;  // written by Configure before any load, then read-only
+};
+
+}  // namespace
+
+std::string PythonStubDirectory() {
+  std::error_code ec;
+  auto has_stub = [&](const std::string& dir) {
+    return fs::is_regular_file(dir + "/inferd_python_stub.py", ec);
+  };
+  if (const char* env = std::getenv("INFERD_PYTHON_BACKEND_DIR"); env != nullptr && *env) return env;
+  const std::string exe = ExecutableDirectory();
+  for (const std::string& dir : {exe + "/python_backend", exe + "/../lib/inferd/python_backend"}) {
+    if (has_stub(dir)) return dir;
+  }
+  return INFERD_PYTHON_STUB_SOURCE_DIR;
+}
+
+std::unique_ptr<Backend> MakePythonBackend() { return std::make_unique<PythonBackend>(); }
+
+}  // namespace inferd::backends

@@ -1,0 +1,344 @@
+"""The process inferd runs for one instance of a Python model (Triton's model.py, unchanged).
+
+inferd starts it with a connected socket on fd INFERD_PYTHON_FD (control: 4-byte little-endian
+length + JSON) and a memfd on fd INFERD_PYTHON_SHM_FD (tensor bytes). The exchange is strictly
+turn-based: whoever sends a message has written its tensors at the start of the mapping, and the
+receiver copies them out before it sends anything, so one mapping serves both directions. The
+writer grows the memfd (ftruncate) when a message needs more room; the reader remaps when a
+tensor lies past its mapping. Nothing here touches /dev/shm.
+"""
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import mmap
+import os
+import socket
+import struct
+import sys
+import traceback
+
+import numpy as np
+
+import triton_python_backend_utils as pb
+
+_ALIGN = 64
+_LEN = struct.Struct("<I")
+
+
+def _align(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class SharedRegion:
+    def __init__(self, fd, growth):
+        self.fd = fd
+        self.growth = max(int(growth), 4096)
+        self.mm = None
+        self.size = 0
+        self._remap()
+
+    def _remap(self):
+        size = os.fstat(self.fd).st_size
+        if size <= self.size:
+            return
+        old = self.mm
+        self.mm = mmap.mmap(self.fd, size)
+        self.size = size
+        if old is not None:
+            try:
+                old.close()
+            except BufferError:
+                pass  # a view still uses it; it is freed with the view
+
+    def reserve(self, need):
+        if need <= self.size:
+            return
+        if os.fstat(self.fd).st_size < need:
+            os.ftruncate(self.fd, (need + self.growth - 1) // self.growth * self.growth)
+        self._remap()
+
+    def read(self, d):
+        off, size, shape, dtype = d["offset"], d["size"], d["shape"], d["datatype"]
+        if off + size > self.size:
+            self._remap()
+        if dtype == "BYTES":
+            return pb.deserialize_bytes_tensor(self.mm[off:off + size]).reshape(shape)
+        npt = np.dtype(pb._NUMPY_OF_NAME[dtype])
+        if size == 0:
+            return np.empty(shape, dtype=npt)
+        return np.frombuffer(self.mm, dtype=npt, count=size // npt.itemsize,
+                             offset=off).reshape(shape).copy()
+
+    def write(self, tensors):
+        """Writes `tensors` from offset 0; returns their descriptors."""
+        items = []
+        off = 0
+        for t in tensors:
+            if not isinstance(t, pb.Tensor):
+                raise pb.TritonModelException(
+                    f"output tensors must be pb_utils.Tensor objects, got {type(t).__name__}")
+            a = t.as_numpy()
+            code = t.triton_dtype()
+            name = pb._TYPE_NAMES[code] if code is not None and 0 < code < 14 else "INVALID"
+            if name == "INVALID":
+                raise pb.TritonModelException(f"tensor '{t.name()}': unsupported data type")
+            if name == "BYTES":
+                payload = pb.serialize_byte_tensor(a)
+            else:
+                payload = np.ascontiguousarray(a)
+            nbytes = int(payload.nbytes)
+            items.append((t.name(), name, list(a.shape), payload, off, nbytes))
+            off = _align(off + nbytes)
+        self.reserve(off)
+        descs = []
+        for name, dtype, shape, payload, o, n in items:
+            if n:
+                dst = np.ndarray((n,), dtype=np.uint8, buffer=self.mm, offset=o)
+                dst[:] = payload.reshape(-1).view(np.uint8)
+                del dst
+            descs.append({"name": name, "datatype": dtype, "shape": shape, "offset": o,
+                          "size": n})
+        return descs
+
+
+class BlsFuture:
+    """What async_exec returns: awaiting it collects the response from inferd."""
+
+    def __init__(self, channel, call_id, error):
+        self._channel, self._id, self._error = channel, call_id, error
+        self._result = None
+
+    def result(self):
+        if self._result is None:
+            if self._error is not None:
+                self._result = pb.InferenceResponse([], pb.TritonError(*self._error))
+            else:
+                self._result = self._channel.bls_wait(self._id)
+        return self._result
+
+    def __await__(self):
+        return self.result()
+        yield  # makes this a generator, as __await__ must be
+
+
+class Channel:
+    def __init__(self, sock, shm):
+        self.sock = sock
+        self.shm = shm
+
+    def send(self, obj):
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        self.sock.sendall(_LEN.pack(len(data)) + data)
+
+    def _recv_exact(self, n):
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise EOFError("inferd closed the connection")
+            got += k
+        return buf
+
+    def recv(self):
+        (n,) = _LEN.unpack(self._recv_exact(4))
+        return json.loads(self._recv_exact(n))
+
+    # -- calls a model makes -------------------------------------------------------------------
+    def log(self, level, message):
+        self.send({"op": "log", "level": level, "message": message})
+
+    def is_model_ready(self, name, version):
+        self.send({"op": "is_model_ready", "name": name, "version": version})
+        return bool(self.recv().get("ready"))
+
+    def _bls(self, request, wait):
+        descs = self.shm.write(request.inputs())
+        self.send({"op": "bls", "wait": wait, "model_name": request.model_name(),
+                   "model_version": request._model_version, "id": request.request_id(),
+                   "inputs": descs, "outputs": request.requested_output_names(),
+                   "timeout": request.timeout()})
+        return self.recv()
+
+    def _response(self, reply):
+        if reply.get("error") is not None:
+            return pb.InferenceResponse([], pb.TritonError(reply["error"], reply.get("code", 1)))
+        return pb.InferenceResponse(
+            [pb.Tensor(d["name"], self.shm.read(d)) for d in reply.get("outputs", [])])
+
+    def bls_exec(self, request):
+        return self._response(self._bls(request, True))
+
+    def bls_submit(self, request):
+        reply = self._bls(request, False)
+        if reply.get("error") is not None:
+            return BlsFuture(self, None, (reply["error"], reply.get("code", 1)))
+        return BlsFuture(self, reply["call"], None)
+
+    def bls_wait(self, call_id):
+        self.send({"op": "bls_wait", "call": call_id})
+        return self._response(self.recv())
+
+
+def _error_message(e):
+    if isinstance(e, pb.TritonModelException):
+        return str(e.message())
+    return f"{type(e).__name__}: {e}"
+
+
+class Stub:
+    def __init__(self, channel):
+        self.channel = channel
+        self.model_class = None
+        self.model = None
+        self.name = ""
+        self.version = -1
+        self.loop = None
+        self.outputs_all = []
+
+    def load_module(self, msg):
+        path = msg["model_path"]
+        pb._model_dir = msg.get("model_dir", "")
+        version_dir = os.path.dirname(path)
+        if version_dir not in sys.path:
+            sys.path.append(version_dir)
+        spec = importlib.util.spec_from_file_location("model", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model"] = module
+        spec.loader.exec_module(module)
+        if not hasattr(module, "TritonPythonModel"):
+            raise pb.TritonModelException(f"{path} defines no class TritonPythonModel")
+        self.model_class = module.TritonPythonModel
+
+    def auto_complete(self, msg):
+        self.load_module(msg)
+        config = pb.ModelConfig(msg["config"])
+        fn = getattr(self.model_class, "auto_complete_config", None)
+        if fn is not None:
+            config = fn(config)
+            if not isinstance(config, pb.ModelConfig):
+                raise pb.TritonModelException(
+                    "auto_complete_config function in model '" + msg.get("name", "") +
+                    "' must return a valid pb.ModelConfig object.")
+        return {"op": "ok", "config": json.dumps(config.as_dict())}
+
+    def initialize(self, msg):
+        self.load_module(msg)
+        args = msg["args"]
+        self.name = args.get("model_name", "")
+        self.version = int(args.get("model_version", "-1"))
+        self.model = self.model_class()
+        fn = getattr(self.model, "initialize", None)
+        if fn is not None:
+            result = fn(dict(args))
+            if inspect.iscoroutine(result):
+                self._run(result)
+        return {"op": "ok"}
+
+    def _run(self, coro):
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+        return self.loop.run_until_complete(coro)
+
+    def execute(self, msg):
+        shm = self.channel.shm
+        requests = []
+        for r in msg["requests"]:
+            inputs = [pb.Tensor(d["name"], shm.read(d)) for d in r["inputs"]]
+            requests.append(pb.InferenceRequest(
+                request_id=r.get("id", ""), correlation_id=0, inputs=inputs,
+                requested_output_names=r["outputs"], model_name=self.name,
+                model_version=self.version, flags=0, timeout=r.get("timeout", 0)))
+        try:
+            result = self.model.execute(requests)
+            if inspect.iscoroutine(result):
+                result = self._run(result)
+        except Exception as e:  # the model's own error fails the whole batch
+            return {"op": "done", "error": _error_message(e)}
+        if not isinstance(result, (list, tuple)) or len(result) != len(requests):
+            got = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
+            return {"op": "done", "error":
+                    "Number of InferenceResponse objects do not match the number of "
+                    f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
+                    f"and InferenceResponse(s) size is:{got}"}
+        out = []
+        tensors = []
+        for resp in result:
+            if not isinstance(resp, pb.InferenceResponse):
+                out.append({"error": "execute returned " + type(resp).__name__ +
+                            " where a pb_utils.InferenceResponse belongs", "code": 1})
+                continue
+            if resp.has_error():
+                err = resp.error()
+                code = err.code() if hasattr(err, "code") else 1
+                message = err.message() if hasattr(err, "message") else str(err)
+                out.append({"error": message, "code": code})
+                continue
+            out.append({"first": len(tensors), "count": len(resp.output_tensors())})
+            tensors.extend(resp.output_tensors())
+        try:
+            descs = shm.write(tensors)
+        except Exception as e:
+            return {"op": "done", "error": _error_message(e)}
+        for r in out:
+            if "first" in r:
+                r["outputs"] = descs[r.pop("first"):][:r.pop("count")]
+        return {"op": "done", "responses": out}
+
+    def finalize(self):
+        fn = getattr(self.model, "finalize", None) if self.model is not None else None
+        if fn is not None:
+            result = fn()
+            if inspect.iscoroutine(result):
+                self._run(result)
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:
+        pass
+
+
+def main():
+    _die_with_parent()
+    sock = socket.socket(fileno=int(os.environ["INFERD_PYTHON_FD"]))
+    shm = SharedRegion(int(os.environ["INFERD_PYTHON_SHM_FD"]),
+                       int(os.environ.get("INFERD_PYTHON_SHM_GROWTH", "1048576")))
+    channel = Channel(sock, shm)
+    pb._channel = channel
+    stub = Stub(channel)
+    while True:
+        try:
+            msg = channel.recv()
+        except EOFError:
+            return 0
+        op = msg.get("op")
+        try:
+            if op == "execute":
+                reply = stub.execute(msg)
+            elif op == "init":
+                reply = stub.initialize(msg)
+            elif op == "auto_complete":
+                reply = stub.auto_complete(msg)
+            elif op == "finalize":
+                stub.finalize()
+                channel.send({"op": "ok"})
+                return 0
+            else:
+                reply = {"op": "error", "message": f"unknown message '{op}'"}
+        except Exception as e:
+            tb = traceback.extract_tb(e.__traceback__)
+            where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+            reply = {"op": "error", "message": _error_message(e) + where}
+        channel.send(reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

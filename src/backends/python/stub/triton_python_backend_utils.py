@@ -1,0 +1,533 @@
+"""inferd's `triton_python_backend_utils`: the module Triton's Python backend gives model.py files.
+
+Written for inferd from Triton's documented API (python_backend README): the same names, arguments
+and behaviour, so model.py files written for Triton import and run unchanged. Tensors live in
+numpy arrays; inferd moves their bytes through a shared memory mapping (see inferd_python_stub.py),
+never through pickling.
+"""
+
+import json
+import struct
+
+import numpy as np
+
+# TRITONSERVER_DataType values, as Triton numbers them.
+_TYPE_NAMES = ["INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+               "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"]
+_NUMPY_OF_NAME = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BYTES": np.object_,
+}
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+# Set by the stub: the connection to inferd (BLS, logging, readiness) and the model's folder.
+_channel = None
+_model_dir = ""
+
+
+def serialize_byte_tensor(input_tensor):
+    """Flattens an object/bytes array into 4-byte little-endian length + bytes per element."""
+    if input_tensor.size == 0:
+        return np.empty([0], dtype=np.object_)
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        raise TritonModelException("cannot serialize a tensor of dtype " + str(input_tensor.dtype)
+                                   + " as BYTES")
+    parts = []
+    for item in input_tensor.reshape(-1, order="C"):
+        if isinstance(item, (bytes, bytearray)):
+            s = bytes(item)
+        elif isinstance(item, np.bytes_):
+            s = item.tobytes()
+        else:
+            s = str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(s)))
+        parts.append(s)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """The inverse of serialize_byte_tensor: a 1-D numpy object array of bytes."""
+    buf = memoryview(encoded_tensor).cast("B") if not isinstance(encoded_tensor, bytes) \
+        else encoded_tensor
+    strs = []
+    offset = 0
+    n = len(buf)
+    while offset < n:
+        (length,) = struct.unpack_from("<I", buf, offset)
+        offset += 4
+        strs.append(bytes(buf[offset:offset + length]))
+        offset += length
+    return np.array(strs, dtype=np.object_)
+
+
+def get_input_tensor_by_name(inference_request, name):
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    for props in model_config.get("input", []):
+        if props["name"] == name:
+            return props
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    for props in model_config.get("output", []):
+        if props["name"] == name:
+            return props
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def triton_to_numpy_type(data_type):
+    if 0 < data_type < 14:
+        return _NUMPY_OF_NAME[_TYPE_NAMES[data_type]]
+    return None
+
+
+def numpy_to_triton_type(data_type):
+    t = np.dtype(data_type) if data_type is not np.object_ else np.dtype(object)
+    if t == np.object_ or t.type == np.bytes_:
+        return 13
+    for code, name in enumerate(_TYPE_NAMES):
+        npt = _NUMPY_OF_NAME.get(name)
+        if npt is not None and npt is not np.object_ and t == np.dtype(npt):
+            return code
+    return None
+
+
+def triton_string_to_numpy(triton_type_string):
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def get_model_dir():
+    return _model_dir
+
+
+def is_model_ready(model_name, model_version=""):
+    return _channel.is_model_ready(model_name, str(model_version))
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+
+
+class TritonError:
+    """An error a response carries; `code` is one of the class constants (INTERNAL by default)."""
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message, code=1):
+        if message is None:
+            raise TypeError("TritonError: message must not be None")
+        self._msg = str(message)
+        self._code = int(code)
+
+    def __str__(self):
+        return self._msg
+
+    def __repr__(self):
+        return f"TritonError({self._msg!r}, {self._code})"
+
+    def message(self):
+        return self._msg
+
+    def code(self):
+        return self._code
+
+
+class TritonModelException(Exception):
+    def __init__(self, msg):
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self):
+        return self._msg
+
+
+# ------------------------------------------------------------------------------------------------
+# Tensors, requests, responses
+
+
+class _DLPackCapsule:
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+class Tensor:
+    """A named tensor over a numpy array (BYTES as a numpy object array)."""
+
+    def __init__(self, name, numpy_array, triton_dtype=None):
+        if not isinstance(numpy_array, np.ndarray):
+            numpy_array = np.asarray(numpy_array)
+        if numpy_array.dtype.type == np.str_ or numpy_array.dtype == np.void:
+            raise TritonModelException(
+                "Tensor dtype used for numpy_array is not supported by Python backend. "
+                "Please use np.object_ instead.")
+        if triton_dtype is not None:
+            npt = triton_to_numpy_type(triton_dtype)
+            if npt is not None and npt is not np.object_ and numpy_array.dtype != npt:
+                numpy_array = numpy_array.view(npt)
+            self._dtype = int(triton_dtype)
+        else:
+            self._dtype = numpy_to_triton_type(numpy_array.dtype)
+            if self._dtype is None:
+                raise TritonModelException(
+                    f"tensor '{name}': numpy dtype {numpy_array.dtype} has no Triton data type")
+        self._name = name
+        self._array = numpy_array
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+    def triton_dtype(self):
+        return self._dtype
+
+    def shape(self):
+        return list(self._array.shape)
+
+    def is_cpu(self):
+        return True
+
+    def to_dlpack(self):
+        if self._array.dtype == np.object_:
+            raise TritonModelException("DLPack does not support BYTES tensors")
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream=None):
+        return self.to_dlpack()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    @staticmethod
+    def from_dlpack(name, dlpack_tensor):
+        source = dlpack_tensor if hasattr(dlpack_tensor, "__dlpack__") \
+            else _DLPackCapsule(dlpack_tensor)
+        try:
+            array = np.from_dlpack(source)
+        except (RuntimeError, TypeError, BufferError) as e:
+            raise TritonModelException(f"Tensor.from_dlpack('{name}'): {e} (only CPU tensors)")
+        return Tensor(name, array)
+
+
+class PreferredMemory:
+    TRITONSERVER_MEMORY_GPU = 1
+    TRITONSERVER_MEMORY_CPU = 0
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+TRITONSERVER_MEMORY_GPU = 1
+TRITONSERVER_MEMORY_CPU = 0
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if output_tensors is None:
+            output_tensors = []
+        if not isinstance(output_tensors, list):
+            raise TritonModelException('"output_tensors" must be a list.')
+        self._outputs = output_tensors
+        self._error = error
+        self._parameters = parameters if isinstance(parameters, str) else \
+            json.dumps(parameters or {})
+
+    def output_tensors(self):
+        return self._outputs
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        return self._parameters
+
+
+class InferenceRequest:
+    """A request given to execute(), or one a model builds to call another model (BLS)."""
+
+    def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
+                 model_name="", model_version=-1, flags=0, timeout=0, preferred_memory=None,
+                 trace=None, parameters=None):
+        if inputs is None or requested_output_names is None:
+            raise TypeError("InferenceRequest needs inputs and requested_output_names")
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
+        self._model_name = model_name
+        self._model_version = int(model_version)
+        self._flags = flags
+        self._timeout = int(timeout)
+        if parameters is None:
+            parameters = {}
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._sender = None
+
+    def inputs(self):
+        return self._inputs
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self):
+        return self._flags
+
+    def set_flags(self, flags):
+        self._flags = flags
+
+    def timeout(self):
+        return self._timeout
+
+    def parameters(self):
+        return self._parameters
+
+    def requested_output_names(self):
+        return self._requested
+
+    def model_name(self):
+        return self._model_name
+
+    def is_cancelled(self):
+        return False
+
+    def set_release_flags(self, flags):
+        pass
+
+    def get_response_sender(self):
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() is only available in decoupled models "
+                "(model_transaction_policy { decoupled: true })")
+        return self._sender
+
+    def exec(self, decoupled=False):
+        if decoupled:
+            raise TritonModelException("decoupled BLS calls are not supported by inferd yet")
+        return _channel.bls_exec(self)
+
+    def async_exec(self, decoupled=False):
+        if decoupled:
+            raise TritonModelException("decoupled BLS calls are not supported by inferd yet")
+        return _channel.bls_submit(self)
+
+
+# ------------------------------------------------------------------------------------------------
+# Logging
+
+
+class LogLevel:
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+class Logger:
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        if _channel is not None:
+            _channel.log(int(level), str(message))
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, LogLevel.VERBOSE)
+
+
+# Custom metrics are accepted and recorded locally (inferd does not export them yet).
+class MetricFamily:
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name, description, kind):
+        self.name, self.description, self.kind = name, description, kind
+
+    def Metric(self, labels=None, buckets=None):
+        return Metric()
+
+
+class Metric:
+    def __init__(self):
+        self._value = 0.0
+
+    def increment(self, value):
+        self._value += value
+
+    def set(self, value):
+        self._value = value
+
+    def observe(self, value):
+        self._value = value
+
+    def value(self):
+        return self._value
+
+
+# ------------------------------------------------------------------------------------------------
+# auto_complete_config
+
+
+class ModelConfig:
+    """The configuration handed to auto_complete_config: max_batch_size, inputs, outputs,
+    dynamic batching and the transaction policy can be filled in."""
+
+    def __init__(self, model_config):
+        self._model_config = json.loads(model_config) if isinstance(model_config, str) \
+            else model_config
+        cfg = self._model_config
+        cfg.setdefault("max_batch_size", 0)
+        cfg.setdefault("input", [])
+        cfg.setdefault("output", [])
+        for t in cfg["input"] + cfg["output"]:
+            t["dims"] = [int(d) for d in t.get("dims", [])]
+
+    def as_dict(self):
+        return self._model_config
+
+    def _name(self):
+        return self._model_config.get("name", "")
+
+    def set_max_batch_size(self, max_batch_size):
+        if self._model_config["max_batch_size"] > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {self._model_config['max_batch_size']}, "
+                f"but in auto-complete-config function for model '{self._name()}' specified "
+                f"max_batch_size {max_batch_size}")
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if self._model_config.get(other):
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but "
+                    f"auto-complete-config function for model '{self._name()}' tries to set "
+                    "scheduling_choice as 'dynamic_batching'")
+        if not self._model_config.get("dynamic_batching"):
+            self._model_config["dynamic_batching"] = {}
+
+    def _add(self, kind, tensor, valid):
+        if "name" not in tensor:
+            raise ValueError(f"{kind} in auto-complete-config function for model "
+                             f"'{self._name()}' is missing 'name' property.")
+        for prop in tensor:
+            if prop not in valid:
+                raise ValueError(
+                    f"{kind} '{tensor['name']}' in auto-complete-config function for model "
+                    f"'{self._name()}' contains property other than {', '.join(valid)}.")
+        for prop in ("data_type", "dims"):
+            if prop not in tensor:
+                raise ValueError(
+                    f"{kind} '{tensor['name']}' in auto-complete-config function for model "
+                    f"'{self._name()}' is missing '{prop}' property.")
+        dims = [int(d) for d in tensor["dims"]]
+        for current in self._model_config[kind]:
+            if current["name"] != tensor["name"]:
+                continue
+            if current.get("data_type", "TYPE_INVALID") not in ("TYPE_INVALID",
+                                                                  tensor["data_type"]):
+                raise ValueError(
+                    f"unable to load model '{self._name()}', configuration expects datatype "
+                    f"{current['data_type']} for {kind} '{tensor['name']}', model provides "
+                    f"{tensor['data_type']}")
+            if current.get("dims") and current["dims"] != dims:
+                raise ValueError(
+                    f"model '{self._name()}', tensor '{tensor['name']}': the model expects dims "
+                    f"{dims} but the model configuration specifies dims {current['dims']}")
+            current["data_type"] = tensor["data_type"]
+            current["dims"] = dims
+            if "optional" in tensor:
+                current["optional"] = tensor["optional"]
+            return
+        entry = dict(tensor)
+        entry["dims"] = dims
+        self._model_config[kind].append(entry)
+
+    def add_input(self, input):
+        self._add("input", input, ["name", "data_type", "dims", "optional"])
+
+    def add_output(self, output):
+        self._add("output", output, ["name", "data_type", "dims"])
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        for prop in transaction_policy_dict:
+            if prop != "decoupled":
+                raise ValueError("model transaction property in auto-complete-config function "
+                                 f"for model '{self._name()}' contains property other than "
+                                 "'decoupled'.")
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            if "decoupled" in policy and policy["decoupled"] != \
+                    transaction_policy_dict["decoupled"]:
+                raise ValueError("trying to change decoupled property in auto-complete-config "
+                                 f"for model '{self._name()}', which is already set to "
+                                 f"'{policy['decoupled']}'.")
+            policy["decoupled"] = transaction_policy_dict["decoupled"]

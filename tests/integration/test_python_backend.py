@@ -1,0 +1,457 @@
+"""The Python backend (issue 18): model.py files in Triton's own style, run unchanged.
+
+Each test writes its model.py files into a fresh repository and starts a server on it. The
+expected values are computed here with numpy, never echoed from a config.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from v2client import assert_error, infer, make_input, parse_response
+
+ADD_SUB_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: {mbs}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }},
+        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }},
+         {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+{extra}
+"""
+
+# Triton's add_sub example, as users write it.
+ADD_SUB_PY = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = model_config = json.loads(args["model_config"])
+        self.args = args
+        out0 = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
+        self.output0_dtype = pb_utils.triton_string_to_numpy(out0["data_type"])
+        self.output1_dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(model_config, "OUTPUT1")["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            out_0 = in_0.as_numpy() + in_1.as_numpy()
+            out_1 = in_0.as_numpy() - in_1.as_numpy()
+            out_tensor_0 = pb_utils.Tensor("OUTPUT0", out_0.astype(self.output0_dtype))
+            out_tensor_1 = pb_utils.Tensor("OUTPUT1", out_1.astype(self.output1_dtype))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_tensor_0, out_tensor_1]))
+        return responses
+
+    def finalize(self):
+        print("Cleaning up...")
+'''
+
+
+def write_model(repo, name, config, model_py, version=1, filename="model.py"):
+    d = Path(repo) / name
+    (d / str(version)).mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (d / "config.pbtxt").write_text(config)
+    (d / str(version) / filename).write_text(model_py)
+    return d
+
+
+def fp32(name, arr, binary=False):
+    return make_input(name, np.asarray(arr, dtype=np.float32), "FP32", binary=binary)
+
+
+def ok(resp):
+    assert resp.status_code == 200, resp.text[:2000]
+    return parse_response(resp)[1]
+
+
+def model_ready(srv, name):
+    return srv.get(f"/v2/models/{name}/ready").status_code == 200
+
+
+def test_add_sub_and_instance_args(tmp_path, server_factory):
+    write_model(tmp_path, "add_sub", ADD_SUB_CONFIG.format(
+        name="add_sub", mbs=0, dims="4",
+        extra='instance_group [ { count: 2 kind: KIND_CPU } ]'), ADD_SUB_PY)
+    # A model reporting its initialize() args back: Triton's keys, each instance its own name.
+    write_model(tmp_path, "args", """name: "args"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { name: "grp" count: 2 kind: KIND_CPU } ]
+""", '''
+import json, os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+    def execute(self, requests):
+        keys = ["model_name", "model_version", "model_instance_kind", "model_instance_name",
+                "model_instance_device_id", "model_repository"]
+        vals = [self.args[k] for k in keys] + [json.loads(self.args["model_config"])["name"],
+                                               pb_utils.get_model_dir(), str(os.getpid())]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(vals, dtype=object))])
+                for _ in requests]
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "add_sub") and model_ready(srv, "args"), 30, "ready")
+    a = np.random.rand(4).astype(np.float32)
+    b = np.random.rand(4).astype(np.float32)
+    out = ok(infer(srv, "add_sub", [fp32("INPUT0", a), fp32("INPUT1", b)]))
+    np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+    # Binary tensors in and out take the same path.
+    out = ok(infer(srv, "add_sub", [fp32("INPUT0", a, True), fp32("INPUT1", b, True)],
+                   outputs=[{"name": "OUTPUT1", "parameters": {"binary_data": True}}]))
+    assert list(out) == ["OUTPUT1"]
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+    names, pids = set(), set()
+    for _ in range(12):
+        vals = [v.decode() for v in ok(infer(srv, "args", [make_input(
+            "IN", np.array([1], dtype=np.int32), "INT32")]))["OUT"]]
+        assert vals[:3] == ["args", "1", "CPU"]
+        assert vals[4] == "0" and vals[5] == str(tmp_path / "args")
+        assert vals[6] == "args" and vals[7] == str(tmp_path / "args" / "1")
+        names.add(vals[3])
+        pids.add(vals[8])
+    # Two processes (one per instance), named as Triton names them.
+    assert names <= {"grp_0", "grp_1"} and len(pids) == len(names)
+    assert str(os.getpid()) not in pids
+
+
+def test_bytes_in_and_out(tmp_path, server_factory):
+    write_model(tmp_path, "strings", """name: "strings"
+backend: "python"
+max_batch_size: 0
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] } ]
+""", '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()
+            assert text.dtype == np.object_, text.dtype
+            upper = np.array([t.decode("utf-8").upper().encode("utf-8") for t in text], dtype=np.object_)
+            length = np.array([len(t) for t in text], dtype=np.int32)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("UPPER", upper),
+                                                   pb_utils.Tensor("LENGTH", length)]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "strings"), 30, "ready")
+    words = ["hello", "", "grüße", "a" * 1000]
+    arr = np.array([w.encode() for w in words], dtype=np.object_)
+    for binary in (False, True):
+        out = ok(infer(srv, "strings", [make_input("TEXT", arr, "BYTES", binary=binary)]))
+        assert [x.decode() for x in out["UPPER"]] == [w.upper() for w in words]
+        np.testing.assert_array_equal(out["LENGTH"], [len(w.encode()) for w in words])
+
+
+def test_dynamic_batching_delivers_several_requests(tmp_path, server_factory):
+    # execute() records how many requests it got in one call.
+    write_model(tmp_path, "batched", """name: "batched"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 3 ] },
+         { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 }
+""", '''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = len(requests)
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("Y", x * 2),
+                pb_utils.Tensor("N", np.full((x.shape[0], 1), n, dtype=np.int32))]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "batched"), 30, "ready")
+    import concurrent.futures
+    xs = [np.random.rand(1, 3).astype(np.float32) for _ in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        resps = list(pool.map(lambda x: infer(srv, "batched", [fp32("X", x)],
+                                              session=__import__("requests").Session()), xs))
+    counts = []
+    for x, r in zip(xs, resps):
+        out = ok(r)
+        np.testing.assert_array_equal(out["Y"], x * 2)
+        counts.append(int(out["N"][0, 0]))
+    assert max(counts) >= 2, f"every execute got one request: {counts}"
+
+
+def test_errors_map_to_status_and_server_stays_up(tmp_path, server_factory):
+    write_model(tmp_path, "errs", """name: "errs"
+backend: "python"
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(r, "MODE").as_numpy()[0])
+            if mode == 1:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "mode 1 is not a valid input", pb_utils.TritonError.INVALID_ARG)))
+            elif mode == 2:
+                out.append(pb_utils.InferenceResponse([], pb_utils.TritonError("plain failure")))
+            elif mode == 3:
+                raise ValueError("execute blew up on mode 3")
+            elif mode == 4:
+                return []
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mode * 10], dtype=np.int32))]))
+        return out
+''')
+    # initialize() raising fails that model's load with its message; the others serve on.
+    write_model(tmp_path, "bad_init", """name: "bad_init"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", '''
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("no weights found at /nowhere")
+    def execute(self, requests):
+        return []
+''')
+    srv = server_factory(tmp_path, ["--exit-on-error=false"])
+    srv.wait_until(lambda: model_ready(srv, "errs"), 30, "ready")
+    mode = lambda m: [make_input("MODE", np.array([m], dtype=np.int32), "INT32")]
+    assert_error(infer(srv, "errs", mode(1)), 400, "mode 1 is not a valid input")
+    assert_error(infer(srv, "errs", mode(2)), 500, "plain failure")
+    assert_error(infer(srv, "errs", mode(3)), 500, "execute blew up on mode 3", "errs")
+    assert_error(infer(srv, "errs", mode(4)), 500, "InferenceResponse")
+    assert ok(infer(srv, "errs", mode(7)))["OUT"].tolist() == [70]
+    assert not model_ready(srv, "bad_init")
+    index = srv.post("/v2/repository/index", json={}).json()
+    reason = [m for m in index if m["name"] == "bad_init"][0].get("reason", "")
+    assert "no weights found at /nowhere" in reason and "initialize" in reason, index
+    # Decoupled models are refused clearly at load until the response sender is wired.
+    assert srv.is_live()
+
+
+CRASH_PY = '''
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MARK = os.path.join(os.path.dirname(__file__), "crashed")
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if os.path.exists(MARK):
+            time.sleep(1.5)  # a slow restart, so the test can see the model not ready
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            if x[0] == 13:
+                open(MARK, "w").close()
+                os._exit(3)
+            if x[0] == 14:
+                time.sleep(30)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x + 1)]))
+        return out
+'''
+
+
+def test_crash_restart_and_readiness(tmp_path, server_factory):
+    write_model(tmp_path, "crashy", """name: "crashy"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", CRASH_PY)
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "crashy"), 30, "ready")
+    x = lambda v: [make_input("X", np.array([v], dtype=np.int32), "INT32")]
+    assert ok(infer(srv, "crashy", x(1)))["Y"].tolist() == [2]
+    err = assert_error(infer(srv, "crashy", x(13)), 500, "crashy", "exited with status 3")
+    assert "restart" in err
+    # Not ready while the new process initializes, ready again after.
+    assert not model_ready(srv, "crashy")
+    srv.wait_until(lambda: model_ready(srv, "crashy"), 30, "crashy ready again")
+    assert ok(infer(srv, "crashy", x(5)))["Y"].tolist() == [6]
+    # A hung execute past the request's timeout: 504, the process is killed and restarted.
+    t0 = time.monotonic()
+    resp = infer(srv, "crashy", x(14), parameters={"timeout": 1000000})
+    assert time.monotonic() - t0 < 10
+    assert_error(resp, 504, "crashy")
+    srv.wait_until(lambda: model_ready(srv, "crashy"), 30, "crashy ready after the hang")
+    assert ok(infer(srv, "crashy", x(6)))["Y"].tolist() == [7]
+    assert srv.is_live()
+
+
+def test_auto_complete_config(tmp_path, server_factory):
+    # No config.pbtxt at all: backend from... the model needs one naming the backend; Triton's
+    # auto-complete example gives only the backend.
+    write_model(tmp_path, "auto", 'backend: "python"\n', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        inputs = [{"name": "IN0", "data_type": "TYPE_FP32", "dims": [4]}]
+        outputs = [{"name": "OUT0", "data_type": "TYPE_FP32", "dims": [4]}]
+        config = auto_complete_model_config.as_dict()
+        input_names = [i["name"] for i in config["input"]]
+        for i in inputs:
+            if i["name"] not in input_names:
+                auto_complete_model_config.add_input(i)
+        for o in outputs:
+            auto_complete_model_config.add_output(o)
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT0", pb_utils.get_input_tensor_by_name(r, "IN0").as_numpy() * 3)]) for r in requests]
+''')
+    write_model(tmp_path, "auto_bad", 'backend: "python"\n', '''
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(cfg):
+        cfg.add_input({"name": "X", "data_type": "TYPE_FP32"})
+        return cfg
+    def execute(self, requests):
+        return []
+''')
+    srv = server_factory(tmp_path, ["--exit-on-error=false"])
+    srv.wait_until(lambda: model_ready(srv, "auto"), 30, "ready")
+    cfg = srv.get("/v2/models/auto/config").json()
+    assert cfg["max_batch_size"] == 4
+    assert [i["name"] for i in cfg["input"]] == ["IN0"]
+    assert "dynamic_batching" in cfg
+    x = np.random.rand(2, 4).astype(np.float32)
+    np.testing.assert_allclose(ok(infer(srv, "auto", [fp32("IN0", x)]))["OUT0"], x * 3)
+    index = srv.post("/v2/repository/index", json={}).json()
+    reason = [m for m in index if m["name"] == "auto_bad"][0].get("reason", "")
+    assert "missing 'dims' property" in reason, index
+
+
+BLS_PY = '''
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "B").as_numpy()
+            mode = pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0]
+            def call(x, y, model="add_sub_nobatch"):
+                return pb_utils.InferenceRequest(
+                    model_name=model, requested_output_names=["OUTPUT0", "OUTPUT1"],
+                    inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", y)])
+            if mode == 0:   # sync
+                r = call(a, b).exec()
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+                s = pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
+                d = pb_utils.get_output_tensor_by_name(r, "OUTPUT1").as_numpy()
+            elif mode == 1:  # async, two calls in flight
+                r1, r2 = await asyncio.gather(call(a, b).async_exec(), call(b, a).async_exec())
+                s = pb_utils.get_output_tensor_by_name(r1, "OUTPUT0").as_numpy()
+                d = pb_utils.get_output_tensor_by_name(r2, "OUTPUT1").as_numpy()
+            else:  # an unknown model: the error comes back in the response
+                r = call(a, b, model="no_such_model").exec()
+                responses.append(pb_utils.InferenceResponse(error=r.error()))
+                continue
+            ready = pb_utils.is_model_ready("add_sub_nobatch") and not pb_utils.is_model_ready("no_such_model")
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("SUM", s), pb_utils.Tensor("DIFF", d),
+                pb_utils.Tensor("READY", np.array([ready]))]))
+        return responses
+'''
+
+
+def test_bls_sync_and_async_to_onnx(make_repo, server_factory):
+    repo = make_repo({"add_sub_nobatch": "add_sub_nobatch"})
+    write_model(repo, "bls", """name: "bls"
+backend: "python"
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "READY" data_type: TYPE_BOOL dims: [ 1 ] } ]
+""", BLS_PY)
+    srv = server_factory(repo)
+    srv.wait_until(lambda: model_ready(srv, "bls"), 30, "ready")
+    a = np.random.rand(4).astype(np.float32)
+    b = np.random.rand(4).astype(np.float32)
+    for m, want_diff in ((0, a - b), (1, b - a)):
+        out = ok(infer(srv, "bls", [fp32("A", a), fp32("B", b),
+                                    make_input("MODE", np.array([m], dtype=np.int32), "INT32")]))
+        np.testing.assert_allclose(out["SUM"], a + b, rtol=1e-6)
+        np.testing.assert_allclose(out["DIFF"], want_diff, rtol=1e-6)
+        assert out["READY"].tolist() == [True]
+    resp = infer(srv, "bls", [fp32("A", a), fp32("B", b),
+                              make_input("MODE", np.array([2], dtype=np.int32), "INT32")])
+    assert_error(resp, 404, "no_such_model")
+
+
+def test_64mb_tensor_without_dev_shm(tmp_path, server_factory):
+    # 64 MB through a 1 MB default region growing 1 MB at a time, and no /dev/shm at all: the
+    # stub reports the mappings it has, which must be the memfd and nothing under /dev/shm.
+    write_model(tmp_path, "big", """name: "big"
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "MAPS" data_type: TYPE_STRING dims: [ -1 ] } ]
+""", '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        maps = [l.split(None, 5)[5].strip() for l in open("/proc/self/maps") if "shm" in l or "memfd" in l]
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x[::-1] + 1),
+                pb_utils.Tensor("MAPS", np.array(sorted(set(maps)) or ["none"], dtype=object))]))
+        return out
+''')
+    srv = server_factory(tmp_path, ["--backend-config=python,shm-default-byte-size=1048576",
+                                    "--backend-config=python,shm-growth-byte-size=1048576",
+                                    "--http-max-input-size=100000000"])
+    srv.wait_until(lambda: model_ready(srv, "big"), 30, "ready")
+    x = np.random.rand(16 * 1024 * 1024).astype(np.float32)  # 64 MiB
+    resp = infer(srv, "big", [fp32("X", x, binary=True)],
+                 outputs=[{"name": "Y", "parameters": {"binary_data": True}}, {"name": "MAPS"}])
+    out = ok(resp)
+    np.testing.assert_array_equal(out["Y"], x[::-1] + 1)
+    maps = [m.decode() for m in out["MAPS"]]
+    assert maps and all(m.startswith("/memfd:inferd-python") for m in maps), maps
+    assert not any(m.startswith("/dev/shm") for m in maps)
