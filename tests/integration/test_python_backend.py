@@ -455,3 +455,30 @@ class TritonPythonModel:
     maps = [m.decode() for m in out["MAPS"]]
     assert maps and all(m.startswith("/memfd:inferd-python") for m in maps), maps
     assert not any(m.startswith("/dev/shm") for m in maps)
+
+
+def test_instances_start_in_parallel(tmp_path, server_factory):
+    # Each instance's initialize() records when it ran; started one after another (Triton
+    # server#5342) the intervals would not overlap.
+    write_model(tmp_path, "slow_init", """name: "slow_init"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 3 kind: KIND_CPU } ]
+""", '''
+import os, time
+class TritonPythonModel:
+    def initialize(self, args):
+        start = time.time()
+        time.sleep(1.0)
+        path = os.path.join(args["model_repository"], args["model_instance_name"] + ".span")
+        with open(path, "w") as f:
+            f.write(f"{start} {time.time()}")
+    def execute(self, requests):
+        return []
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "slow_init"), 30, "ready")
+    spans = [tuple(map(float, p.read_text().split())) for p in (tmp_path / "slow_init").glob("*.span")]
+    assert len(spans) == 3
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans
