@@ -366,8 +366,20 @@ def test_mme_budget_with_measured_footprints(mme, tmp_path, example_models):
         assert probe.post("/models", json={"model_name": f"m{i}", "url": str(archive)}).status_code == 200
     measured = footprints(probe.srv.log())
     assert all(measured.get(f"m{i}", 0) > 0 for i in range(5)), measured
-    budget = int(max(measured[f"m{i}"] for i in range(5)) * 2.5) + int(measured.get("simple", 0))
-    sm = mme(f"--model-memory-budget={budget}")
+    room = int(max(measured[f"m{i}"] for i in range(5)) * 2.5)
+    budget = room + int(measured.get("simple", 0))
+    # The pinned `simple` loads first and its measured footprint carries ONNX Runtime's one-time
+    # set-up, which moves with the machine's load: where it came out larger than in the probe,
+    # the server refuses to start and says what it needs; give it that plus the same room.
+    for _ in range(3):
+        try:
+            sm = mme(f"--model-memory-budget={budget}")
+            break
+        except AssertionError as e:
+            need = re.search(r"model 'simple' needs about (\d+) bytes", str(e))
+            if not need:
+                raise
+            budget = int(need.group(1)) + room
     sm.budget = budget
     loads = round_robin(sm, archives)
     assert loads >= 5
