@@ -15,6 +15,7 @@
 #include "app/flags.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
+#include "backends/repeat/repeat_backend.h"
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #include "backends/python/python_backend.h"
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
 
   backends::BackendRegistry backends;
   backends.Register(backends::MakeIdentityBackend());
+  backends.Register(backends::MakeRepeatBackend());
   backends.Register(backends::MakeImageBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
   backends.Register(backends::MakePythonBackend());

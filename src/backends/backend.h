@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
+#include "core/response_sender.h"
 
 namespace inferd::backends {
 
@@ -85,6 +86,12 @@ class Backend {
   // True when Execute takes a batch whose requests' tensors differ in shape on inputs marked
   // `allow_ragged_batch` (each request's tensor used as it is, never concatenated).
   virtual bool SupportsRaggedBatch() const { return false; }
+
+  // True when the backend answers models with `model_transaction_policy { decoupled: true }`
+  // through `InferRequest::response_sender` (core/response_sender.h): 0..N responses per
+  // request and the final flag, from any thread, during or after Execute. A backend that
+  // returns false answers such a model once per request, through `responses[i]`.
+  virtual bool SupportsDecoupled() const { return false; }
 
   // True when CreateInstance may run for several instances of a model at once (each on its
   // own thread), as the Python backend's instances start their processes in parallel.

@@ -317,6 +317,12 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", model_name, "': config.pbtxt must set 'platform' or 'backend'"));
   }
+  if (config->model_transaction_policy().decoupled() && config->response_cache().enable()) {
+    // As Triton: one cached response cannot stand for a stream of them.
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", model_name, "': response_cache does not support decoupled models "
+        "(model_transaction_policy { decoupled: true })"));
+  }
   if (config->max_batch_size() < 0) {
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", model_name, "': field 'max_batch_size' must be >= 0, got ",

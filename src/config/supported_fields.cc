@@ -178,8 +178,8 @@ constexpr FieldRule kRules[] = {
     // `model_transaction_policy { decoupled: false }` and `response_cache { enable: false }` say
     // what inferd does; only the true values are refused.
     {"model_transaction_policy", kYes},
-    {"model_transaction_policy.decoupled", kNo, kAny, false,
-     "decoupled models (any number of responses per request) are not implemented"},
+    // Decoupled models: 0..N responses per request (core/response_sender.h).
+    {"model_transaction_policy.decoupled", kYes},
     {"model_repository_agents", kNo, kAny, false,
      "repository agents (checksum, decryption, ...) are not run"},
     {"response_cache", kYes},

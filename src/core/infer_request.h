@@ -64,6 +64,10 @@ struct InferResponse {
 };
 
 using InferCallback = std::function<void(std::unique_ptr<InferResponse>)>;
+// One response of a request that may get several (decoupled models, core/response_sender.h);
+// `final` marks the last call, whose response may be null (the final flag alone).
+using ResponseCallback = std::function<void(std::unique_ptr<InferResponse>, bool final)>;
+class ResponseSender;
 
 // One inference request. Owned by exactly one layer at a time (moved as unique_ptr from the
 // frontend to the server to a scheduler); the layer that owns it when it finishes calls
@@ -91,6 +95,12 @@ struct InferRequest {
 
   RequestTimes times;
   InferCallback on_complete;
+  // Set by frontends that take several responses per request (gRPC ModelStreamInfer, HTTP
+  // generate/generate_stream); the server answers decoupled models through it and refuses
+  // them when it is unset. A model that is not decoupled answers once, with final=true.
+  ResponseCallback on_response;
+  // Set by the server for decoupled models: where the backend sends its responses.
+  std::shared_ptr<ResponseSender> response_sender;
 
   const InputTensor* FindInput(std::string_view name) const;
   bool IsCancelled() const { return cancel != nullptr && cancel->IsCancelled(); }

@@ -58,6 +58,13 @@ absl::Status ValidateEnsembleSteps(const config::ModelConfig& ensemble,
     const std::string where =
         inferd::StrCat("ensemble '", name, "' step ", s, " (model '", step.model_name, "')");
     const bool model_batching = model.max_batch_size() > 0;
+    if (model.model_transaction_policy().decoupled()) {
+      // Each step answers once here; a decoupled step's 0..N responses have nowhere to go.
+      return absl::InvalidArgumentError(inferd::StrCat(
+          where, ": model '", step.model_name,
+          "' is decoupled (model_transaction_policy { decoupled: true }); inferd does not run "
+          "decoupled models inside ensembles"));
+    }
     if (batching && !model_batching) {
       return absl::InvalidArgumentError(inferd::StrCat(
           where, ": the ensemble batches (max_batch_size ", ensemble.max_batch_size(),

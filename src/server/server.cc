@@ -2,6 +2,7 @@
 
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "core/response_sender.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "server/classification.h"
@@ -11,7 +12,7 @@ namespace inferd::server {
 
 Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
                metrics::MetricsRegistry* registry)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), backends_(backends) {
   if (registry != nullptr) {
     registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
   }
@@ -167,6 +168,7 @@ absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_v
 
 void Server::Infer(std::unique_ptr<core::InferRequest> request) {
   if (request->times.received_ns == 0) request->times.received_ns = core::NowNs();
+  core::AnswerOnceThroughStream(request.get());
   InferLoaded(std::move(request), /*may_load=*/true);
 }
 
@@ -197,6 +199,16 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     return;
   }
   request->model_version = (*model)->version();
+  if ((*model)->config().model_transaction_policy().decoupled()) {
+    const backends::Backend* backend =
+        backends_ != nullptr ? backends_->Find((*model)->config().backend()) : nullptr;
+    absl::Status st = core::PrepareDecoupledRequest(
+        request.get(), backend != nullptr && backend->SupportsDecoupled());
+    if (!st.ok()) {
+      core::CompleteWithError(std::move(request), std::move(st));
+      return;
+    }
+  }
   absl::Status valid = ValidateRequest((*model)->config(), request.get());
   if (!valid.ok()) {
     (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns,

@@ -135,6 +135,8 @@ class Server {
   void CollectMetrics(metrics::PrometheusWriter& w) const;
 
   const ServerOptions options_;
+  // Whether a model's backend streams decoupled responses (Backend::SupportsDecoupled).
+  const backends::BackendRegistry* backends_ = nullptr;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;
   std::unique_ptr<WorkerPool> loader_;
   std::thread poller_;

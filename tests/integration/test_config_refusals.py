@@ -27,8 +27,6 @@ REFUSED = {
                       "by inferd's onnxruntime backend"),
     "gpu": ("instance_group [ { count: 1 kind: KIND_GPU } ]\n",
             "config.pbtxt field 'instance_group.kind' value KIND_GPU is not supported by inferd"),
-    "decoupled": ("model_transaction_policy { decoupled: true }\n",
-                  "config.pbtxt field 'model_transaction_policy.decoupled' is not supported"),
     "limited": ("instance_group [ { count: 1 kind: KIND_CPU rate_limiter { priority: 2 } } ]\n",
                 "config.pbtxt field 'instance_group.rate_limiter' is not supported by inferd"),
 }

@@ -293,7 +293,6 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
       {"sequence_batching.oldest.max_candidate_sequences", "sequence_batching"},
       {"response_cache.enable", "response_cache.enable"},
       {"instance_group.rate_limiter.priority", "instance_group.rate_limiter"},
-      {"model_transaction_policy.decoupled", "model_transaction_policy.decoupled"},
       {"batch_input.kind", "batch_input"},
       {"batch_output.target_name", "batch_output"},
       {"model_repository_agents.agents.name", "model_repository_agents"},

@@ -141,7 +141,6 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ])", "c");
 // (the whole table is tested in config_coverage_test.cc).
 TEST(ModelConfigTest, NormalizeRefusesFieldsInferdWouldIgnore) {
   for (const char* field : {"sequence_batching { }", "response_cache { enable: true }",
-                            "model_transaction_policy { decoupled: true }",
                             "instance_group [ { kind: KIND_MODEL } ]",
                             "model_repository_agents { agents [ { name: \"checksum\" } ] }",
                             "batch_input [ { kind: BATCH_ELEMENT_COUNT } ]"}) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "common/logging.h"
 #include "common/strings.h"
@@ -79,15 +80,22 @@ class StreamReactor
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
-    auto parsed = RequestFromProto(*message, message);
+    // Decoupled models answer 0..N times; each response carries triton_final_response, and
+    // the final flag alone is written only when the client asked for it, as Triton does.
+    bool empty_final = false;
+    absl::Status param = EmptyFinalParameter(*message, &empty_final);
+    auto parsed = param.ok() ? RequestFromProto(*message, message)
+                             : absl::StatusOr<std::unique_ptr<core::InferRequest>>(param);
     if (!parsed.ok()) {
-      Complete(message->id(), parsed.status(), nullptr);
+      auto error = std::make_unique<core::InferResponse>();
+      error->status = parsed.status();
+      Complete(*message, empty_final, std::move(error), /*final=*/true);
     } else {
       std::unique_ptr<core::InferRequest> req = *std::move(parsed);
       req->times.received_ns = core::NowNs();
-      req->on_complete = [this, id = message->id()](std::unique_ptr<core::InferResponse> resp) {
-        absl::Status st = resp->status;
-        Complete(id, st, std::move(resp));
+      req->on_response = [this, message, empty_final](std::unique_ptr<core::InferResponse> resp,
+                                                      bool final) {
+        Complete(*message, empty_final, std::move(resp), final);
       };
       server_->Infer(std::move(req));
     }
@@ -112,18 +120,38 @@ class StreamReactor
     StartRead(incoming_.get());
   }
 
-  void Complete(const std::string& id, const absl::Status& status,
-                std::unique_ptr<core::InferResponse> resp) {
-    inference::ModelStreamInferResponse out;
-    if (!status.ok()) {
-      out.set_error_message(std::string(status.message()));
-      out.mutable_infer_response()->set_id(id);
-    } else {
-      ResponseToProto(*resp, out.mutable_infer_response());
+  static absl::Status EmptyFinalParameter(const inference::ModelInferRequest& message, bool* on) {
+    auto it = message.parameters().find("triton_enable_empty_final_response");
+    if (it == message.parameters().end()) return absl::OkStatus();
+    if (!it->second.has_bool_param()) {
+      return absl::InvalidArgumentError(
+          "invalid value type for 'triton_enable_empty_final_response' parameter, expected "
+          "bool_param.");
+    }
+    *on = it->second.bool_param();
+    return absl::OkStatus();
+  }
+
+  // One response of `request` (null: the final flag alone); `final` ends the request.
+  void Complete(const inference::ModelInferRequest& request, bool empty_final,
+                std::unique_ptr<core::InferResponse> resp, bool final) {
+    std::optional<inference::ModelStreamInferResponse> out;
+    if (resp != nullptr || (final && empty_final)) {
+      out.emplace();
+      auto* infer = out->mutable_infer_response();
+      if (resp != nullptr && resp->status.ok()) {
+        ResponseToProto(*resp, infer);
+      } else {
+        if (resp != nullptr) out->set_error_message(std::string(resp->status.message()));
+        infer->set_id(request.id());
+        infer->set_model_name(request.model_name());
+        infer->set_model_version(request.model_version());
+      }
+      (*infer->mutable_parameters())["triton_final_response"].set_bool_param(final);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
-    if (!broken_) writes_.push_back(std::move(out));
+    if (final) --in_flight_;
+    if (out && !broken_) writes_.push_back(*std::move(out));
     WriteNextLocked();
     MaybeFinishLocked();
   }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -364,16 +365,63 @@ class EventLoop {
     for (auto& [id, make] : batch) Respond(id, make());
   }
 
+  // On the loop thread: one part of a chunked response. True when it ended the response.
+  bool RespondPart(Connection* c, const HttpResponse& resp) {
+    c->last_io_ns = NowNs();
+    std::string out;
+    if (resp.stream == HttpResponse::Stream::kStart) {
+      out = inferd::StrCat("HTTP/1.1 ", resp.status, " ", StatusText(resp.status),
+                           "\r\nTransfer-Encoding: chunked\r\n");
+      if (!resp.content_type.empty()) inferd::StrAppend(&out, "Content-Type: ", resp.content_type, "\r\n");
+      for (const auto& [k, v] : resp.headers) inferd::StrAppend(&out, k, ": ", v, "\r\n");
+      if (resp.close || c->close_after || c->peer_closed) {
+        out.append("Connection: close\r\n");
+        c->close_after = true;
+      }
+      out.append("\r\n");
+    }
+    if (!resp.body.empty()) {
+      char size[24];
+      std::snprintf(size, sizeof(size), "%zx\r\n", resp.body.size());
+      inferd::StrAppend(&out, size, resp.body, "\r\n");
+    }
+    const bool end = resp.stream == HttpResponse::Stream::kEnd;
+    if (end) out.append("0\r\n\r\n");
+    WriteRaw(c, out);
+    return end;
+  }
+
   // On the loop thread: write a response and go on with the connection's next request.
   void Respond(uint64_t id, HttpResponse resp) {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;  // the client went away
     Connection* c = it->second.get();
+    const bool streamed = resp.stream != HttpResponse::Stream::kWhole;
+    if (streamed && !RespondPart(c, resp)) {
+      if (!c->processing) CloseIfDead(c);
+      return;
+    }
     c->in_flight = false;
     c->last_io_ns = NowNs();
     // Pipelined bytes already read start the next request's clock now.
     if (c->in->size > 0) c->request_start_ns = c->last_io_ns;
     const bool close = resp.close || c->close_after || c->peer_closed;
+    if (!streamed) WriteWhole(c, resp, close);
+    if (close) {
+      c->close_after = true;
+      if (c->out.empty()) c->dead = true;
+    }
+    if (!c->dead) {
+      ProcessInput(c);
+      if (!c->in_flight) {
+        Read(c);
+        ProcessInput(c);
+      }
+    }
+    if (!c->processing) CloseIfDead(c);
+  }
+
+  void WriteWhole(Connection* c, HttpResponse& resp, bool close) {
     size_t body_size = resp.body.size();
     for (auto& t : resp.tail) body_size += t.size();
     std::string head = inferd::StrCat("HTTP/1.1 ", resp.status, " ", StatusText(resp.status),
@@ -389,18 +437,6 @@ class EventLoop {
       if (!t.empty()) iov.push_back({const_cast<char*>(t.data()), t.size()});
     }
     WriteV(c, iov);
-    if (close) {
-      c->close_after = true;
-      if (c->out.empty()) c->dead = true;
-    }
-    if (!c->dead) {
-      ProcessInput(c);
-      if (!c->in_flight) {
-        Read(c);
-        ProcessInput(c);
-      }
-    }
-    if (!c->processing) CloseIfDead(c);
   }
 
   void WriteRaw(Connection* c, std::string_view data) {

@@ -27,11 +27,17 @@ struct HttpResponse {
   std::vector<std::string_view> tail;
   std::vector<std::shared_ptr<const void>> holders;
   bool close = false;
+  // A response in parts (chunked transfer encoding, e.g. server-sent events): one kStart (the
+  // status and headers, `body` as the first chunk), any kChunk, one kEnd (`body`, then the
+  // last chunk). Each part is one Responder::Post, in order; `tail` is not used.
+  enum class Stream : uint8_t { kWhole, kStart, kChunk, kEnd };
+  Stream stream = Stream::kWhole;
 };
 
 class EventLoop;
 
-// Answers one request. Exactly one of Send or Post must be called, once, from any thread.
+// Answers one request. Exactly one of Send or Post must be called, once, from any thread;
+// a streamed response (HttpResponse::stream) is several Posts, its parts in order.
 // Destroying a Responder that was never used answers 500.
 class Responder {
  public:

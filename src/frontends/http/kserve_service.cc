@@ -5,6 +5,7 @@
 
 #include "common/strings.h"
 #include "config/model_config_util.h"
+#include "frontends/http/generate.h"
 #include "frontends/http/infer_codec.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
@@ -108,7 +109,9 @@ std::optional<ApiCategory> CategoryOf(const std::vector<std::string>& s) {
   if (s.size() == 3 && s[2] == "stats") return ApiCategory::kStatistics;
   const std::string& last = s.back();
   if (s.size() == 3 || (s.size() == 5 && s[3] == "versions")) return ApiCategory::kMetadata;
-  if (last == "infer") return ApiCategory::kInference;
+  if (last == "infer" || last == "generate" || last == "generate_stream") {
+    return ApiCategory::kInference;
+  }
   if (last == "ready") return ApiCategory::kHealth;
   if (last == "config") return ApiCategory::kModelConfig;
   if (last == "stats") return ApiCategory::kStatistics;
@@ -214,6 +217,11 @@ void KServeHttpService::Handle(const HttpRequest& request,
         if (action == "infer") {
           if (!post) return method_not_allowed();
           return HandleInfer(request, std::move(body_owner), model, version, std::move(reply));
+        }
+        if (action == "generate" || action == "generate_stream") {
+          if (!post) return method_not_allowed();
+          return HandleGenerate(server_, request, std::move(body_owner), model, version,
+                                action == "generate_stream", std::move(reply));
         }
         if (action == "ready") {
           if (!get) return method_not_allowed();
