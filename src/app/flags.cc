@@ -243,6 +243,9 @@ std::string Usage() {
   --grpc-port=<n>                  (default 8001; 0 picks a free port)
   --grpc-address=<addr>            (default 0.0.0.0)
   --grpc-infer-thread-count=<n>    cap on gRPC's threads (default: gRPC's own)
+  --grpc-stream-max-in-flight=<n>  requests of one ModelStreamInfer stream in the server at
+                                   once; past it the stream is not read (backpressure) until
+                                   one completes (default 64; 0: unbounded)
   --allow-sagemaker=<bool>         serve the SageMaker contract (default false)
   --sagemaker-port=<n>             (default 8080)
   --sagemaker-address=<addr>       (default 0.0.0.0)
@@ -378,6 +381,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"grpc-port", set_int("grpc-port", 0, [&](int64_t n) { f.grpc.port = static_cast<int>(n); })},
       {"grpc-address", [&](const std::string& v) { f.grpc.address = v; return absl::OkStatus(); }},
       {"grpc-infer-thread-count", set_int("grpc-infer-thread-count", 1, [&](int64_t n) { f.grpc.infer_threads = static_cast<int>(n); })},
+      {"grpc-stream-max-in-flight", set_int("grpc-stream-max-in-flight", 0, [&](int64_t n) { f.grpc.stream_max_in_flight = static_cast<int>(n); })},
       {"allow-metrics", set_bool("allow-metrics", &f.allow_metrics)},
       {"allow-cpu-metrics", set_bool("allow-cpu-metrics", &f.allow_cpu_metrics)},
       {"metrics-port", set_int("metrics-port", 0, [&](int64_t n) { f.metrics_http.port = static_cast<int>(n); })},

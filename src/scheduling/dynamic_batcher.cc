@@ -4,6 +4,7 @@
 
 #include "absl/time/time.h"
 #include "common/strings.h"
+#include "scheduling/run_cancellation.h"
 
 namespace inferd::scheduling {
 namespace {
@@ -72,6 +73,14 @@ DynamicBatcher::~DynamicBatcher() { Shutdown(); }
 
 void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
   absl::Status refused;
+  if (request->cancel) {
+    // Installed before mu_ is taken (the listener takes it): a cancellation wakes the batcher,
+    // which answers the request at once, even while every instance is busy.
+    request->cancel->SetListener([this] {
+      inferd::MutexLock lock(&mu_);
+      batcher_cv_.Signal();
+    });
+  }
   {
     inferd::MutexLock lock(&mu_);
     uint64_t level = default_level_;
@@ -100,6 +109,8 @@ void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
         timeout_us = timeout_us == 0 ? request->timeout_us : std::min(timeout_us, request->timeout_us);
       }
       p.deadline_ns = timeout_us ? p.enqueue_ns + timeout_us * 1000 : 0;
+      p.timeout_us = timeout_us;
+      p.client_deadline_ns = request->deadline_ns;
       p.shape_key = ShapeKey(*request, ragged_inputs_);
       p.sequence = next_sequence_++;
       p.request = std::move(request);
@@ -107,12 +118,38 @@ void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
     }
   }
   if (!refused.ok()) {
+    if (request->cancel) request->cancel->ClearListener();
     stats_->RecordFailure(core::NowNs() - request->times.received_ns,
                           metrics::FailureReason::kRejected);
     core::CompleteWithError(std::move(request), std::move(refused));
     return;
   }
   batcher_cv_.Signal();
+}
+
+std::function<void()> DynamicBatcher::DropLater(Pending p) {
+  auto shared = std::make_shared<Pending>(std::move(p));
+  return [this, shared] {
+    core::InferRequest& r = *shared->request;
+    if (r.cancel) r.cancel->ClearListener();
+    const uint64_t now = core::NowNs();
+    absl::Status st;
+    switch (shared->drop) {
+      case metrics::FailureReason::kCanceled:
+        st = core::CancelledError(r, now);
+        break;
+      case metrics::FailureReason::kTimeout:
+        st = shared->timeout_us
+                 ? core::DeadlineError(r, now, StrCat("queue timeout ", shared->timeout_us,
+                                                      " us, timeout_action REJECT"))
+                 : core::DeadlineError(r, now, "the client's deadline");
+        break;
+      default:
+        st = absl::InternalError("request dropped from the queue");
+    }
+    stats_->RecordFailure(now - r.times.received_ns, shared->drop);
+    core::CompleteWithError(std::move(shared->request), std::move(st));
+  };
 }
 
 size_t DynamicBatcher::QueuedLocked() const {
@@ -123,15 +160,31 @@ size_t DynamicBatcher::QueuedLocked() const {
 
 std::vector<DynamicBatcher::Pending> DynamicBatcher::ExpireLocked(uint64_t now) {
   std::vector<Pending> rejected;
+  // Past the client's deadline or cancelled: gone whatever the queue policy says. The deadline
+  // first: gRPC cancels a call whose deadline passed, and that is a timeout.
+  auto gone = [&](Pending& p) {
+    if (p.client_deadline_ns != 0 && now >= p.client_deadline_ns) {
+      p.drop = metrics::FailureReason::kTimeout;
+      p.timeout_us = 0;
+    } else if (p.request->IsCancelled()) {
+      p.drop = metrics::FailureReason::kCanceled;
+    } else {
+      return false;
+    }
+    rejected.push_back(std::move(p));
+    return true;
+  };
   for (auto& [level, l] : levels_) {
-    if (l.live.empty()) continue;
+    if (l.live.empty() && l.delayed.empty()) continue;
     std::deque<Pending> keep;
     for (auto& p : l.live) {
+      if (gone(p)) continue;
       if (p.deadline_ns != 0 && now >= p.deadline_ns) {
         if (l.policy.timeout_action() == inference::ModelQueuePolicy::DELAY) {
           p.deadline_ns = 0;  // delayed once; it will run after the others
           l.delayed.push_back(std::move(p));
         } else {
+          p.drop = metrics::FailureReason::kTimeout;
           rejected.push_back(std::move(p));
         }
       } else {
@@ -139,6 +192,12 @@ std::vector<DynamicBatcher::Pending> DynamicBatcher::ExpireLocked(uint64_t now) 
       }
     }
     l.live.swap(keep);
+    if (l.delayed.empty()) continue;
+    std::deque<Pending> keep_delayed;
+    for (auto& p : l.delayed) {
+      if (!gone(p)) keep_delayed.push_back(std::move(p));
+    }
+    l.delayed.swap(keep_delayed);
   }
   return rejected;
 }
@@ -154,10 +213,15 @@ std::vector<DynamicBatcher::Pending*> DynamicBatcher::OrderLocked() {
 
 uint64_t DynamicBatcher::NextDeadlineLocked() const {
   uint64_t next = 0;
+  auto earliest = [&next](uint64_t t) {
+    if (t != 0 && (next == 0 || t < next)) next = t;
+  };
   for (const auto& [level, l] : levels_) {
     for (const auto& p : l.live) {
-      if (p.deadline_ns != 0 && (next == 0 || p.deadline_ns < next)) next = p.deadline_ns;
+      earliest(p.deadline_ns);
+      earliest(p.client_deadline_ns);
     }
+    for (const auto& p : l.delayed) earliest(p.client_deadline_ns);
   }
   return next;
 }
@@ -171,15 +235,8 @@ void DynamicBatcher::BatcherLoop() {
       mu_.Unlock();
       std::vector<std::pair<uint64_t, std::function<void()>>> done;
       for (auto& p : rejected) {
-        auto shared = std::make_shared<Pending>(std::move(p));
-        done.emplace_back(shared->sequence, [this, shared] {
-          stats_->RecordFailure(core::NowNs() - shared->request->times.received_ns,
-                              metrics::FailureReason::kRejected);
-          core::CompleteWithError(
-              std::move(shared->request),
-              absl::UnavailableError(StrCat("request for model '", model_name_,
-                                            "' timed out in the queue (timeout_action REJECT)")));
-        });
+        const uint64_t seq = p.sequence;
+        done.emplace_back(seq, DropLater(std::move(p)));
       }
       Finish(std::move(done));
       mu_.Lock();
@@ -257,6 +314,20 @@ void DynamicBatcher::InstanceLoop(size_t index) {
       slot.batch.clear();
       executing_ += batch.size();
     }
+    const size_t picked = batch.size();
+    std::vector<std::pair<uint64_t, std::function<void()>>> done;
+    // The queue's listeners go; a request cancelled since the batch was formed does not run.
+    for (size_t i = 0; i < batch.size();) {
+      if (batch[i].request->cancel) batch[i].request->cancel->ClearListener();
+      if (batch[i].request->IsCancelled()) {
+        batch[i].drop = metrics::FailureReason::kCanceled;
+        const uint64_t seq = batch[i].sequence;
+        done.emplace_back(seq, DropLater(std::move(batch[i])));
+        batch.erase(batch.begin() + i);
+      } else {
+        ++i;
+      }
+    }
     const size_t n = batch.size();
     std::vector<core::InferRequest*> reqs(n);
     std::vector<std::unique_ptr<core::InferResponse>> resps(n);
@@ -274,7 +345,9 @@ void DynamicBatcher::InstanceLoop(size_t index) {
       resp_ptrs[i] = resps[i].get();
     }
     backends::ExecutionTimes times;
-    instance->Execute(reqs, resp_ptrs, &times);
+    RunCancellation run_cancel(instance, reqs);
+    if (n > 0) instance->Execute(reqs, resp_ptrs, &times);
+    run_cancel.End();
     const uint64_t end = core::NowNs();
     if (times.input_end_ns == 0) times.input_end_ns = start;
     if (times.output_start_ns == 0) times.output_start_ns = end;
@@ -282,12 +355,16 @@ void DynamicBatcher::InstanceLoop(size_t index) {
     const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
     const uint64_t output_ns = end - times.output_start_ns;
     bool any_ok = false;
-    std::vector<std::pair<uint64_t, std::function<void()>>> done;
     for (size_t i = 0; i < n; ++i) {
       auto req = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(batch[i].request));
       auto resp = std::make_shared<std::unique_ptr<core::InferResponse>>(std::move(resps[i]));
       const core::InferRequest& r = **req;
-      if ((*resp)->status.ok()) {
+      if (!(*resp)->status.ok() && r.IsCancelled()) {
+        // A run stopped because its clients left.
+        (*resp)->status = core::CancelledError(r, end);
+        (*resp)->outputs.clear();
+        stats_->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kCanceled);
+      } else if ((*resp)->status.ok()) {
         any_ok = true;
         stats_->RecordSuccess(end - r.times.received_ns, start - r.times.queue_start_ns, input_ns,
                               infer_ns, output_ns, r.batch_size);
@@ -304,7 +381,7 @@ void DynamicBatcher::InstanceLoop(size_t index) {
     Finish(std::move(done));
     {
       inferd::MutexLock lock(&mu_);
-      executing_ -= n;
+      executing_ -= picked;
       slots_[index]->busy = false;
     }
     batcher_cv_.Signal();

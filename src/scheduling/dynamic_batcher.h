@@ -8,6 +8,14 @@
 // lower the configured one when allow_timeout_override is set. preserve_ordering returns
 // responses in arrival order across instances.
 //
+// Deadlines and cancellation: a request past its deadline (queue policy timeout with REJECT, or
+// the client's gRPC deadline) or cancelled by its client leaves the queue when that happens,
+// also while every instance is busy (the batcher wakes at the earliest deadline, and a
+// cancellation wakes it), answered DEADLINE_EXCEEDED (504, the time waited in the message) or
+// CANCELLED, and counted TIMEOUT or CANCELED; a batch is formed only from requests whose
+// deadline has not passed at that instant. When every request of a running batch is cancelled
+// the instance is asked to stop the run (ModelInstance::CancelExecution).
+//
 // Thread-safe. Locking: mu_ guards the queues and instance slots; callbacks run outside it.
 #pragma once
 
@@ -47,8 +55,11 @@ class DynamicBatcher : public Scheduler {
     std::unique_ptr<core::InferRequest> request;
     std::string shape_key;
     uint64_t enqueue_ns = 0;
-    uint64_t deadline_ns = 0;  // 0: no timeout
+    uint64_t deadline_ns = 0;  // queue policy timeout (REJECT or DELAY); 0: none
+    uint64_t timeout_us = 0;   // the timeout that set deadline_ns, for the message
+    uint64_t client_deadline_ns = 0;  // the client's own deadline; always rejects; 0: none
     uint64_t sequence = 0;
+    metrics::FailureReason drop = metrics::FailureReason::kOther;  // why ExpireLocked took it
   };
   struct Level {
     inference::ModelQueuePolicy policy;
@@ -63,8 +74,11 @@ class DynamicBatcher : public Scheduler {
 
   void BatcherLoop();
   void InstanceLoop(size_t index);
-  // Moves timed-out requests out of the live queues; returns the ones to reject.
+  // Moves timed-out requests out of the live queues (DELAY) and returns the ones to answer now:
+  // cancelled, past the client's deadline, or past a REJECT timeout (`drop` says which).
   std::vector<Pending> ExpireLocked(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The completion of a request that leaves the queue unrun (ExpireLocked's `drop`).
+  std::function<void()> DropLater(Pending p);
   // Queued requests in scheduling order.
   std::vector<Pending*> OrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

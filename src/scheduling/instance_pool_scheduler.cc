@@ -1,8 +1,21 @@
 #include "scheduling/instance_pool_scheduler.h"
 
+#include "absl/time/time.h"
 #include "common/strings.h"
+#include "scheduling/run_cancellation.h"
 
 namespace inferd::scheduling {
+namespace {
+
+// When a request stops being worth running (0: never): its `timeout` from arrival, or the
+// client's deadline, whichever is first.
+uint64_t DeadlineOf(const core::InferRequest& r) {
+  uint64_t d = r.timeout_us ? r.times.received_ns + r.timeout_us * 1000 : 0;
+  if (r.deadline_ns != 0 && (d == 0 || r.deadline_ns < d)) d = r.deadline_ns;
+  return d;
+}
+
+}  // namespace
 
 InstancePoolScheduler::InstancePoolScheduler(
     std::string model_name, int64_t version,
@@ -16,12 +29,21 @@ InstancePoolScheduler::InstancePoolScheduler(
   for (auto& instance : instances_) {
     workers_.emplace_back([this, inst = instance.get()] { WorkerLoop(inst); });
   }
+  sweeper_ = std::thread([this] { SweeperLoop(); });
 }
 
 InstancePoolScheduler::~InstancePoolScheduler() { Shutdown(); }
 
 void InstancePoolScheduler::Enqueue(std::unique_ptr<core::InferRequest> request) {
   absl::Status refused;
+  if (request->cancel) {
+    // Before mu_ (the listener takes it): a cancellation wakes the sweeper.
+    request->cancel->SetListener([this] {
+      inferd::MutexLock lock(&mu_);
+      sweep_.Signal();
+    });
+  }
+  const bool has_deadline = DeadlineOf(*request) != 0;
   {
     inferd::MutexLock lock(&mu_);
     if (stopping_) {
@@ -37,12 +59,66 @@ void InstancePoolScheduler::Enqueue(std::unique_ptr<core::InferRequest> request)
     }
   }
   if (!refused.ok()) {
+    if (request->cancel) request->cancel->ClearListener();
     stats_->RecordFailure(core::NowNs() - request->times.received_ns,
                           metrics::FailureReason::kRejected);
     core::CompleteWithError(std::move(request), std::move(refused));
     return;
   }
   work_available_.Signal();
+  if (has_deadline) sweep_.Signal();
+}
+
+void InstancePoolScheduler::Drop(std::unique_ptr<core::InferRequest> request, uint64_t now) {
+  const uint64_t deadline = DeadlineOf(*request);
+  // The deadline first: gRPC cancels a call whose deadline passed, and that is a timeout.
+  if (request->IsCancelled() && (deadline == 0 || now < deadline)) {
+    stats_->RecordFailure(now - request->times.received_ns, metrics::FailureReason::kCanceled);
+    absl::Status st = core::CancelledError(*request, now);
+    core::CompleteWithError(std::move(request), std::move(st));
+    return;
+  }
+  stats_->RecordFailure(now - request->times.received_ns, metrics::FailureReason::kTimeout);
+  absl::Status st = core::DeadlineError(
+      *request, now,
+      request->timeout_us && request->times.received_ns + request->timeout_us * 1000 <= now
+          ? StrCat("timeout ", request->timeout_us, " us")
+          : std::string("the client's deadline"));
+  core::CompleteWithError(std::move(request), std::move(st));
+}
+
+void InstancePoolScheduler::SweeperLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    const uint64_t now = core::NowNs();
+    std::vector<std::unique_ptr<core::InferRequest>> gone;
+    uint64_t next = 0;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      const uint64_t d = DeadlineOf(**it);
+      if ((*it)->IsCancelled() || (d != 0 && now >= d)) {
+        gone.push_back(std::move(*it));
+        it = queue_.erase(it);
+        continue;
+      }
+      if (d != 0 && (next == 0 || d < next)) next = d;
+      ++it;
+    }
+    if (!gone.empty()) {
+      mu_.Unlock();
+      for (auto& r : gone) {
+        if (r->cancel) r->cancel->ClearListener();
+        Drop(std::move(r), now);
+      }
+      mu_.Lock();
+      continue;
+    }
+    if (next) {
+      sweep_.WaitWithTimeout(&mu_, absl::Nanoseconds(next - now));
+    } else {
+      sweep_.Wait(&mu_);
+    }
+  }
+  mu_.Unlock();
 }
 
 void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
@@ -56,6 +132,14 @@ void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
       queue_.pop_front();
       ++executing_;
     }
+    if (request->cancel) request->cancel->ClearListener();
+    const uint64_t deadline = DeadlineOf(*request);
+    if (request->IsCancelled() || (deadline != 0 && core::NowNs() >= deadline)) {
+      Drop(std::move(request), core::NowNs());  // never run what nobody waits for
+      inferd::MutexLock lock(&mu_);
+      --executing_;
+      continue;
+    }
     auto response = std::make_unique<core::InferResponse>();
     response->model_name = model_name_;
     response->model_version = version_;
@@ -64,7 +148,10 @@ void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
     backends::ExecutionTimes times;
     core::InferRequest* reqs[1] = {request.get()};
     core::InferResponse* resps[1] = {response.get()};
-    instance->Execute(reqs, resps, &times);
+    {
+      RunCancellation run_cancel(instance, reqs);
+      instance->Execute(reqs, resps, &times);
+    }
     const uint64_t end = core::NowNs();
     if (times.input_end_ns == 0) times.input_end_ns = request->times.compute_start_ns;
     if (times.output_start_ns == 0) times.output_start_ns = end;
@@ -86,7 +173,12 @@ void InstancePoolScheduler::Complete(std::unique_ptr<core::InferRequest> request
                                      std::unique_ptr<core::InferResponse> response,
                                      uint64_t input_ns, uint64_t infer_ns, uint64_t output_ns) {
   const uint64_t end = core::NowNs();
-  if (response->status.ok()) {
+  if (!response->status.ok() && request->IsCancelled()) {
+    // The run was stopped because the client left.
+    response->status = core::CancelledError(*request, end);
+    response->outputs.clear();
+    stats_->RecordFailure(end - request->times.received_ns, metrics::FailureReason::kCanceled);
+  } else if (response->status.ok()) {
     stats_->RecordSuccess(end - request->times.received_ns,
                           request->times.compute_start_ns - request->times.queue_start_ns,
                           input_ns, infer_ns, output_ns, request->batch_size);
@@ -105,6 +197,8 @@ void InstancePoolScheduler::Shutdown() {
     stopping_ = true;
   }
   work_available_.SignalAll();
+  sweep_.SignalAll();
+  if (sweeper_.joinable()) sweeper_.join();
   for (auto& w : workers_) {
     if (w.joinable()) w.join();
   }

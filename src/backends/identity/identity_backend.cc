@@ -2,17 +2,45 @@
 
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 
 namespace inferd::backends {
 namespace {
 
+// The parameter Triton's identity backend reads to stand for a slow model: each execution
+// takes this long (an interruptible wait: CancelExecution ends it, failing the batch).
+constexpr std::string_view kIdentityParameters[] = {"execute_delay_ms"};
+
 class IdentityInstance : public ModelInstance {
  public:
-  explicit IdentityInstance(const config::ModelConfig* config) : config_(config) {}
+  IdentityInstance(const config::ModelConfig* config, int64_t delay_ms)
+      : config_(config), delay_ms_(delay_ms) {}
+
+  void CancelExecution() override {
+    inferd::MutexLock lock(&mu_);
+    if (!waiting_) return;
+    cancelled_ = true;
+    cv_.Signal();
+  }
 
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
+    if (delay_ms_ > 0) {
+      inferd::MutexLock lock(&mu_);
+      waiting_ = true;
+      const absl::Time until = absl::Now() + absl::Milliseconds(delay_ms_);
+      while (!cancelled_ && absl::Now() < until) cv_.WaitWithTimeout(&mu_, until - absl::Now());
+      const bool cancelled = cancelled_;
+      waiting_ = false;
+      cancelled_ = false;
+      if (cancelled) {
+        for (auto* r : responses) r->status = absl::CancelledError("identity: execution cancelled");
+        return;
+      }
+    }
     times->input_end_ns = core::NowNs();
     times->output_start_ns = times->input_end_ns;
     for (size_t r = 0; r < requests.size(); ++r) {
@@ -38,6 +66,11 @@ class IdentityInstance : public ModelInstance {
 
  private:
   const config::ModelConfig* config_;
+  const int64_t delay_ms_;
+  inferd::Mutex mu_;
+  inferd::CondVar cv_;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class IdentityBackend : public Backend {
@@ -46,9 +79,19 @@ class IdentityBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    // No parameters; outputs are the inputs as they came.
-    if (auto st = CheckConfigSupport(*spec.config, name(), {}); !st.ok()) return st;
+    // Outputs are the inputs as they came, after `execute_delay_ms` when set.
+    ConfigSupport support;
+    support.parameters = kIdentityParameters;
+    if (auto st = CheckConfigSupport(*spec.config, name(), support); !st.ok()) return st;
     const auto& cfg = *spec.config;
+    int64_t delay_ms = 0;
+    if (auto it = cfg.parameters().find("execute_delay_ms"); it != cfg.parameters().end()) {
+      if (!absl::SimpleAtoi(it->second.string_value(), &delay_ms) || delay_ms < 0) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "identity model '", cfg.name(), "': parameter 'execute_delay_ms' must be a "
+            "non-negative integer (milliseconds), got '", it->second.string_value(), "'"));
+      }
+    }
     for (int i = 0; i < std::min(cfg.input_size(), cfg.output_size()); ++i) {
       if (cfg.input(i).data_type() != cfg.output(i).data_type()) {
         return absl::InvalidArgumentError(inferd::StrCat(
@@ -56,7 +99,7 @@ class IdentityBackend : public Backend {
             cfg.output(i).name(), "' must have the same data_type"));
       }
     }
-    return std::make_unique<IdentityInstance>(spec.config);
+    return std::make_unique<IdentityInstance>(spec.config, delay_ms);
   }
 };
 

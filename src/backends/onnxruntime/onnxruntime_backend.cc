@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "backends/onnxruntime/session_settings.h"
 #include "common/logging.h"
@@ -117,6 +118,15 @@ class OrtInstance : public ModelInstance {
     return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
   }
 
+  // Every client of the running batch left: RunOptions' terminate flag makes Session::Run
+  // return at the next operator boundary with an error (the scheduler answers CANCELLED).
+  void CancelExecution() override {
+    inferd::MutexLock lock(&terminate_mu_);
+    if (!running_) return;
+    run_options_.SetTerminate();
+    terminated_ = true;
+  }
+
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     absl::Status status;
@@ -208,9 +218,26 @@ class OrtInstance : public ModelInstance {
       }
     }
     times->input_end_ns = core::NowNs();
-    std::vector<Ort::Value> outputs = session_->Run(run_options_, input_names.data(),
-                                                    inputs.data(), inputs.size(), names.data(),
-                                                    names.size());
+    std::vector<Ort::Value> outputs;
+    {
+      // CancelExecution may set the terminate flag only while this Run is on; the flag is
+      // sticky on the RunOptions, so it is cleared again before the next batch.
+      {
+        inferd::MutexLock lock(&terminate_mu_);
+        running_ = true;
+      }
+      struct Unset {
+        OrtInstance* self;
+        ~Unset() {
+          inferd::MutexLock lock(&self->terminate_mu_);
+          self->running_ = false;
+          if (self->terminated_) self->run_options_.UnsetTerminate();
+          self->terminated_ = false;
+        }
+      } unset{this};
+      outputs = session_->Run(run_options_, input_names.data(), inputs.data(), inputs.size(),
+                              names.data(), names.size());
+    }
     times->output_start_ns = core::NowNs();
 
     for (size_t o = 0; o < outputs.size(); ++o) {
@@ -293,6 +320,9 @@ class OrtInstance : public ModelInstance {
   std::shared_ptr<Ort::Session> session_;
   SessionSettings settings_;
   Ort::RunOptions run_options_;
+  inferd::Mutex terminate_mu_;
+  bool running_ ABSL_GUARDED_BY(terminate_mu_) = false;
+  bool terminated_ ABSL_GUARDED_BY(terminate_mu_) = false;
   Ort::MemoryInfo memory_info_ = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);
   Ort::AllocatorWithDefaultOptions allocator_;
   std::vector<std::string> output_names_;

@@ -22,6 +22,9 @@ struct GrpcOptions {
   int port = 8001;
   int max_message_bytes = 64 * 1024 * 1024;
   int infer_threads = 0;  // 0: gRPC's default
+  // Requests of one ModelStreamInfer stream in the server at once; past it the stream is not
+  // read until one completes (HTTP/2 flow control then holds the client). 0: unbounded.
+  int stream_max_in_flight = 64;
   ApiRestrictions restrictions;  // --grpc-restricted-protocol
 };
 

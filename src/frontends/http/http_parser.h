@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "core/cancellation.h"
 
 namespace inferd::http {
 
@@ -21,6 +24,9 @@ struct HttpRequest {
   std::string_view body;
   bool keep_alive = true;
   bool expect_continue = false;
+  // Cancelled by the event loop when the client disconnects before its answer is written
+  // (core/cancellation.h); handlers hand it to the InferRequest. Null outside a server.
+  std::shared_ptr<core::CancellationToken> cancel;
 
   // Case-insensitive header lookup.
   std::optional<std::string_view> Header(std::string_view name) const;

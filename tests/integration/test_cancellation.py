@@ -1,0 +1,332 @@
+"""Deadlines and cancellation (issue 19): a client that leaves cancels its request (queued: it
+never runs; running: the run stops when all of its batch left), the `timeout` parameter and
+gRPC deadlines fire while an earlier batch still runs (504 / DEADLINE_EXCEEDED with the time
+waited), failures are counted by reason, and a ModelStreamInfer stream is bounded.
+
+The slow model is the identity backend with Triton's `execute_delay_ms` parameter (an
+interruptible wait), and for ONNX Runtime's RunOptions terminate a chain of MatMuls generated
+here with onnx.helper. Whether a request ran is read from the statistics extension
+(inference_count / execution_count), never from the config."""
+
+import json
+import re
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+IO = """
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def slow_model(root, name="slow", delay_ms=1500, extra="", max_batch=8):
+    d = root / name
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "identity"\nmax_batch_size: {max_batch}\n' + IO +
+        f'parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }}\n'
+        + extra)
+    return root
+
+
+BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                               "data": [1.0, 2.0, 3.0, 4.0]}]}).encode()
+
+
+def body_with(parameters):
+    b = json.loads(BODY)
+    b["parameters"] = parameters
+    return json.dumps(b).encode()
+
+
+def post_infer(srv, model="slow", body=BODY, timeout=30):
+    return requests.post(f"http://127.0.0.1:{srv.port}/v2/models/{model}/infer", data=body,
+                         timeout=timeout)
+
+
+def in_background(fn, *args):
+    """Runs fn(*args) on a thread; returns a function that joins it and gives the result."""
+    out = {}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            out["value"] = fn(*args)
+        except Exception as e:  # surfaced by the join
+            out["error"] = e
+        out["secs"] = time.monotonic() - t0
+
+    t = threading.Thread(target=run)
+    t.start()
+
+    def join():
+        t.join(60)
+        if "error" in out:
+            raise out["error"]
+        return out["value"], out["secs"]
+
+    return join
+
+
+def raw_request_then_close(srv, model="slow", hold=0.3, body=BODY):
+    """Sends a whole infer request on a raw socket, waits `hold` seconds, and disconnects."""
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+              + body)
+    time.sleep(hold)
+    s.close()
+
+
+def stats(srv, model="slow"):
+    r = srv.get(f"/v2/models/{model}/stats")
+    assert r.status_code == 200, r.text
+    return r.json()["model_stats"][0]
+
+
+def failures(srv, model="slow"):
+    """nv_inference_request_failure by reason, from the Prometheus endpoint."""
+    text = requests.get(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("nv_inference_request_failure{") or f'model="{model}"' not in line:
+            continue
+        reason = re.search(r'reason="([A-Z]+)"', line).group(1)
+        out[reason] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+BATCHED = "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+SCHEDULERS = [pytest.param("", id="default-scheduler"), pytest.param(BATCHED, id="dynamic-batcher")]
+
+
+@pytest.mark.parametrize("extra", SCHEDULERS)
+def test_disconnected_client_queued_request_never_runs(server_factory, tmp_path, extra):
+    srv = server_factory([slow_model(tmp_path, delay_ms=1500, extra=extra)])
+    first = in_background(post_infer, srv)
+    time.sleep(0.3)  # the first request is running
+    raw_request_then_close(srv, hold=0.2)  # queued behind the first, then the client leaves
+    # Answered (counted CANCELED) at once, while the first request still runs.
+    wait_for(lambda: failures(srv).get("CANCELED", 0) == 1, 0.8, "the cancellation to count")
+    r, _ = first()
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(r.json()["outputs"][0]["data"], [1, 2, 3, 4])
+    s = stats(srv)
+    assert s["inference_count"] == 1 and s["execution_count"] == 1, s  # only the first ran
+    assert s["inference_stats"]["fail"]["count"] == 1
+    f = failures(srv)
+    assert f["CANCELED"] == 1 and f["TIMEOUT"] == 0 and f["REJECTED"] == 0, f
+    # The server is fine afterwards.
+    assert post_infer(srv).status_code == 200
+
+
+@pytest.mark.parametrize("extra", SCHEDULERS)
+def test_running_request_of_a_gone_client_stops(server_factory, tmp_path, extra):
+    srv = server_factory([slow_model(tmp_path, delay_ms=3000, extra=extra)])
+    raw_request_then_close(srv, hold=0.4)  # running when the client leaves
+    t0 = time.monotonic()
+    r = post_infer(srv)  # the instance is free again long before the 3 s run would end
+    waited = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    # Its own run takes 3 s; behind the whole abandoned run it would take 5.6 s.
+    assert waited < 4.2, f"follow-up waited {waited:.2f}s"
+    s = stats(srv)
+    assert s["inference_count"] == 1 and s["execution_count"] == 1, s
+    assert failures(srv)["CANCELED"] == 1
+
+
+def slow_onnx_model(root, n_matmul=800, size=256):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    d = root / "slow_onnx"
+    (d / "1").mkdir(parents=True)
+    w = np.roll(np.eye(size, dtype=np.float32), 1, axis=1)  # a permutation: exact results
+    nodes, prev = [], "X"
+    for i in range(n_matmul):
+        out = "Y" if i == n_matmul - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [prev, "W"], [out]))
+        prev = out
+    graph = helper.make_graph(
+        nodes, "slow", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [size, size])],
+        initializer=[numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(d / "1" / "model.onnx"))
+    (d / "config.pbtxt").write_text(
+        'name: "slow_onnx"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        f'input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {size}, {size} ] }} ]\n'
+        f'output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {size}, {size} ] }} ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+    return root, size, w, n_matmul
+
+
+def test_onnxruntime_run_terminates_when_its_client_leaves(server_factory, tmp_path):
+    root, size, w, n = slow_onnx_model(tmp_path)
+    srv = server_factory([root])
+    x = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32)
+    body = json.dumps({"inputs": [{"name": "X", "shape": [size, size], "datatype": "FP32",
+                                   "data": x.reshape(-1).tolist()}]}).encode()
+    t0 = time.monotonic()
+    r = post_infer(srv, "slow_onnx", body)
+    full = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    expected = x @ np.linalg.matrix_power(w.astype(np.float64), n)
+    np.testing.assert_allclose(np.array(r.json()["outputs"][0]["data"]).reshape(size, size),
+                               expected, rtol=1e-6)
+    if full < 0.8:
+        pytest.skip(f"the MatMul chain ran in {full:.2f}s, too fast to cancel in the middle")
+    raw_request_then_close(srv, "slow_onnx", hold=full * 0.25, body=body)
+    t1 = time.monotonic()
+    r = post_infer(srv, "slow_onnx", body)
+    waited = time.monotonic() - t1
+    assert r.status_code == 200, r.text
+    # Without the terminate flag the follow-up waits for the rest of the abandoned run
+    # (~0.75 of a run) plus its own run.
+    assert waited < full * 1.45, f"follow-up waited {waited:.2f}s, one run takes {full:.2f}s"
+    s = stats(srv, "slow_onnx")
+    assert s["inference_count"] == 2 and s["execution_count"] == 2, s
+    assert failures(srv, "slow_onnx")["CANCELED"] == 1
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param("", id="default-scheduler"),
+    pytest.param("dynamic_batching { max_queue_delay_microseconds: 0 default_queue_policy "
+                 "{ timeout_action: REJECT allow_timeout_override: true } }\n",
+                 id="dynamic-batcher")])
+def test_timeout_fires_while_an_earlier_batch_runs(server_factory, tmp_path, extra):
+    srv = server_factory([slow_model(tmp_path, delay_ms=2000, extra=extra)])
+    first = in_background(post_infer, srv)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    r = post_infer(srv, body=body_with({"timeout": 300000}))  # 300 ms, in microseconds
+    waited = time.monotonic() - t0
+    assert r.status_code == 504, r.text
+    assert 0.25 < waited < 1.2, f"answered after {waited:.2f}s, the timeout is 0.3s"
+    msg = r.json()["error"]
+    m = re.search(r"waited ([0-9.]+) ms", msg)
+    assert m and 280 <= float(m.group(1)) <= 1200, msg
+    assert "timeout 300000 us" in msg, msg
+    r1, secs = first()
+    assert r1.status_code == 200 and secs > 1.5
+    s = stats(srv)
+    assert s["inference_count"] == 1, s  # the expired request never ran
+    f = failures(srv)
+    assert f["TIMEOUT"] == 1 and f["CANCELED"] == 0 and f["REJECTED"] == 0, f
+
+
+def test_bad_timeout_parameter_is_400(server_factory, tmp_path):
+    srv = server_factory([slow_model(tmp_path, delay_ms=0)])
+    r = post_infer(srv, body=body_with({"timeout": -5}))
+    assert r.status_code == 400 and "timeout" in r.json()["error"], r.text
+
+
+# ------------------------------------------------------------------------------------------
+# gRPC
+
+import grpc  # noqa: E402
+
+
+def grpc_request(pb, model="slow"):
+    req = pb[0].ModelInferRequest(model_name=model, id="g")
+    req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+    req.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
+    return req
+
+
+def grpc_stub(srv, pb):
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}")
+    grpc.channel_ready_future(channel).result(timeout=10)
+    return channel, pb[1].GRPCInferenceServiceStub(channel)
+
+
+@pytest.mark.parametrize("extra", SCHEDULERS)
+def test_grpc_deadline_expires_queued_request(server_factory, tmp_path, pb, extra):
+    srv = server_factory([slow_model(tmp_path, delay_ms=2500, extra=extra)])
+    channel, stub = grpc_stub(srv, pb)
+    first = in_background(post_infer, srv)
+    time.sleep(0.3)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(grpc_request(pb), timeout=0.3)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # The server gave up on it too, at its deadline, while the first still runs.
+    wait_for(lambda: failures(srv).get("TIMEOUT", 0) == 1, 1.2, "the deadline to count")
+    assert first()[0].status_code == 200
+    assert stats(srv)["inference_count"] == 1
+    channel.close()
+
+
+def test_grpc_cancel_drops_queued_and_stops_running(server_factory, tmp_path, pb):
+    srv = server_factory([slow_model(tmp_path, delay_ms=3000, extra=BATCHED)])
+    channel, stub = grpc_stub(srv, pb)
+    running = stub.ModelInfer.future(grpc_request(pb))
+    time.sleep(0.3)
+    queued = stub.ModelInfer.future(grpc_request(pb))
+    time.sleep(0.2)
+    queued.cancel()
+    running.cancel()
+    wait_for(lambda: failures(srv).get("CANCELED", 0) == 2, 1.0, "both cancellations")
+    s = stats(srv)
+    assert s["inference_count"] == 0 and s["execution_count"] == 0, s
+    t0 = time.monotonic()
+    assert stub.ModelInfer(grpc_request(pb)).id == "g"  # the instance is free again
+    assert time.monotonic() - t0 < 3.0 + 0.6
+    channel.close()
+
+
+def test_stream_cancel_cancels_what_it_had_in_flight(server_factory, tmp_path, pb):
+    srv = server_factory([slow_model(tmp_path, delay_ms=3000, max_batch=1, extra=BATCHED)])
+    channel, stub = grpc_stub(srv, pb)
+    sent = threading.Event()
+
+    def requests_then_wait():
+        for _ in range(3):
+            yield grpc_request(pb)
+        sent.set()
+        time.sleep(30)
+
+    call = stub.ModelStreamInfer(requests_then_wait())
+    sent.wait(5)
+    time.sleep(0.4)  # one runs, two wait
+    call.cancel()
+    wait_for(lambda: failures(srv).get("CANCELED", 0) == 3, 1.5, "the stream's three requests")
+    s = stats(srv)
+    assert s["inference_count"] == 0 and s["execution_count"] == 0, s
+    channel.close()
+
+
+@pytest.mark.parametrize("bound,expect_rejections", [(2, False), (0, True)])
+def test_stream_in_flight_bound(server_factory, tmp_path, pb, bound, expect_rejections):
+    # One running + a queue of two: a stream that pushes six requests at once into the server
+    # gets "queue is full" answers; bounded at two in flight, it is held back instead (a
+    # completion is sent just before its instance takes the next request, so the queue may
+    # briefly hold both).
+    extra = ("dynamic_batching { max_queue_delay_microseconds: 0 "
+             "default_queue_policy { max_queue_size: 2 } }\n")
+    srv = server_factory([slow_model(tmp_path, delay_ms=150, max_batch=1, extra=extra)],
+                         [f"--grpc-stream-max-in-flight={bound}"])
+    channel, stub = grpc_stub(srv, pb)
+    responses = list(stub.ModelStreamInfer(iter([grpc_request(pb) for _ in range(6)]),
+                                           timeout=30))
+    errors = [r.error_message for r in responses if r.error_message]
+    assert len(responses) == 6
+    if expect_rejections:
+        assert errors and all("queue" in e for e in errors), errors
+    else:
+        assert not errors, errors
+        assert stats(srv)["inference_count"] == 6
+    channel.close()
