@@ -59,6 +59,13 @@ class ModelInstance {
   // Compute threads this instance uses (for the thread-budget log line).
   virtual int ThreadCount() const { return 1; }
 
+  // Asks the Execute running on this instance to stop early: every request of its batch was
+  // cancelled by its client. Called from another thread; the scheduler calls it only while
+  // Execute runs on this instance (a call between runs must change nothing: no pending flag).
+  // Execute then returns as soon as it can, with any status (the scheduler answers the
+  // requests CANCELLED). The default runs to the end. Thread-safe.
+  virtual void CancelExecution() {}
+
   // False while the instance cannot run requests (the Python backend's process died and is
   // being restarted); the model reports not ready meanwhile. Thread-safe.
   virtual bool Ready() const { return true; }

@@ -59,6 +59,33 @@ void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics
   }
 }
 
+// The client's deadline of a call, on core::NowNs's clock (0: none).
+uint64_t DeadlineNs(const CallbackServerContext* ctx) {
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const auto left = deadline - std::chrono::system_clock::now();
+  const int64_t left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  if (left_ns > int64_t{365} * 24 * 3600 * 1'000'000'000) return 0;  // "infinite" in practice
+  return core::NowNs() + static_cast<uint64_t>(std::max<int64_t>(left_ns, 1));
+}
+
+// A unary ModelInfer: the call's cancellation (the client cancelling, its connection going, its
+// deadline passing) cancels the request, so a queued request never runs and a running batch
+// whose clients all left stops. Deletes itself once the call is done.
+class InferReactor : public ServerUnaryReactor {
+ public:
+  explicit InferReactor(const CallbackServerContext* ctx)
+      : deadline_ns_(DeadlineNs(ctx)), cancel_(std::make_shared<core::CancellationToken>()) {}
+  uint64_t deadline_ns() const { return deadline_ns_; }
+  const std::shared_ptr<core::CancellationToken>& cancellation() const { return cancel_; }
+  void OnCancel() override { cancel_->Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  const uint64_t deadline_ns_;
+  const std::shared_ptr<core::CancellationToken> cancel_;
+};
+
 // One ModelStreamInfer call: reads requests, runs them concurrently, writes each response as
 // it completes (one write in flight at a time), and finishes once the client has stopped
 // sending and every response is written.
@@ -66,7 +93,10 @@ class StreamReactor
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
  public:
-  explicit StreamReactor(server::Server* server) : server_(server) { NextRead(); }
+  StreamReactor(server::Server* server, int max_in_flight)
+      : server_(server), max_in_flight_(max_in_flight) {
+    NextRead();
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -93,11 +123,20 @@ class StreamReactor
     } else {
       std::unique_ptr<core::InferRequest> req = *std::move(parsed);
       req->times.received_ns = core::NowNs();
+      req->cancel = Track();
       req->on_response = [this, message, empty_final](std::unique_ptr<core::InferResponse> resp,
                                                       bool final) {
         Complete(*message, empty_final, std::move(resp), final);
       };
       server_->Infer(std::move(req));
+    }
+    {
+      // Backpressure: at the bound, read no more until a request completes (Complete resumes).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (max_in_flight_ > 0 && in_flight_ >= max_in_flight_) {
+        read_paused_ = true;
+        return;
+      }
     }
     NextRead();
   }
@@ -112,7 +151,19 @@ class StreamReactor
   }
 
   void OnDone() override { delete this; }
-  void OnCancel() override {}
+  // The stream was cancelled (the client cancelled it or went away): what it has in flight
+  // is cancelled too.
+  void OnCancel() override {
+    std::vector<std::shared_ptr<core::CancellationToken>> tokens;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      for (auto& weak : tokens_) {
+        if (auto t = weak.lock()) tokens.push_back(std::move(t));
+      }
+    }
+    for (auto& t : tokens) t->Cancel();
+  }
 
  private:
   void NextRead() {
@@ -154,6 +205,23 @@ class StreamReactor
     if (out && !broken_) writes_.push_back(*std::move(out));
     WriteNextLocked();
     MaybeFinishLocked();
+    if (read_paused_ && in_flight_ < max_in_flight_) {
+      read_paused_ = false;
+      NextRead();
+    }
+  }
+
+  // A cancellation token for a request of this stream, cancelled by OnCancel. Tokens are held
+  // weakly: a completed request's token goes with it.
+  std::shared_ptr<core::CancellationToken> Track() {
+    auto token = std::make_shared<core::CancellationToken>();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) token->Cancel();
+    if (tokens_.size() >= 16 && tokens_.size() >= 2 * static_cast<size_t>(in_flight_)) {
+      std::erase_if(tokens_, [](const std::weak_ptr<core::CancellationToken>& t) { return t.expired(); });
+    }
+    tokens_.push_back(token);
+    return token;
   }
 
   void WriteNextLocked() {
@@ -178,6 +246,10 @@ class StreamReactor
   bool broken_ = false;
   bool finished_ = false;
   int in_flight_ = 0;
+  const int max_in_flight_;  // 0: unbounded
+  bool read_paused_ = false;
+  bool cancelled_ = false;
+  std::vector<std::weak_ptr<core::CancellationToken>> tokens_;
 };
 
 // A ModelStreamInfer call refused before it starts.
@@ -193,8 +265,9 @@ class RefusedStream
 
 class GrpcFrontend::Service final : public inference::GRPCInferenceService::CallbackService {
  public:
-  Service(server::Server* server, ApiRestrictions restrictions)
-      : server_(server), restrictions_(std::move(restrictions)) {}
+  Service(server::Server* server, ApiRestrictions restrictions, int stream_max_in_flight = 0)
+      : server_(server), restrictions_(std::move(restrictions)),
+        stream_max_in_flight_(stream_max_in_flight) {}
 
   // Checks --grpc-restricted-protocol for a call of `category`: null when the call may go on,
   // else the reactor that has refused it (UNAVAILABLE, as tritonserver answers).
@@ -281,7 +354,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const inference::ModelInferRequest* req,
                                  inference::ModelInferResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kInference)) return refused;
-    auto* reactor = ctx->DefaultReactor();
+    auto* reactor = new InferReactor(ctx);
     try {
       const uint64_t received = core::NowNs();
       // The request message lives until Finish, so raw inputs are used in place.
@@ -292,6 +365,8 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
       }
       std::unique_ptr<core::InferRequest> r = *std::move(parsed);
       r->times.received_ns = received;
+      r->deadline_ns = reactor->deadline_ns();
+      r->cancel = reactor->cancellation();
       r->on_complete = [reactor, resp](std::unique_ptr<core::InferResponse> out) {
         if (!out->status.ok()) {
           reactor->Finish(ToGrpcStatus(out->status));
@@ -310,7 +385,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(CallbackServerContext* ctx) override {
     if (!Allowed(ctx, ApiCategory::kInference)) return new RefusedStream(Refusal(ApiCategory::kInference));
-    return new StreamReactor(server_);
+    return new StreamReactor(server_, stream_max_in_flight_);
   }
 
   ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
@@ -443,11 +518,13 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
 
   server::Server* server_;
   ApiRestrictions restrictions_;
+  const int stream_max_in_flight_;
 };
 
 GrpcFrontend::GrpcFrontend(server::Server* server, GrpcOptions options)
     : server_(server), options_(std::move(options)),
-      service_(std::make_unique<Service>(server, options_.restrictions)) {}
+      service_(std::make_unique<Service>(server, options_.restrictions,
+                                         options_.stream_max_in_flight)) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 

@@ -184,7 +184,16 @@ class EventLoop {
     bool peer_closed = false;
     int64_t last_io_ns = 0;        // last byte read or written
     int64_t request_start_ns = 0;  // first byte of the request being received (0: none)
+    // The request in flight's; cancelled when the client goes away before its answer.
+    std::shared_ptr<core::CancellationToken> cancel;
   };
+
+  // The client can no longer receive the answer of the request in flight: let whoever holds
+  // it drop it (a queued request never runs; a running batch may stop).
+  static void CancelInFlight(Connection* c) {
+    if (c->in_flight && c->cancel) c->cancel->Cancel();
+    c->cancel.reset();
+  }
 
   static int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -291,8 +300,11 @@ class EventLoop {
         continue;
       }
       if (n == 0) {
+        // End of stream (the client closed, or shut its sending side: HTTP/1.1 clients that
+        // still wait for an answer do not; the request in flight is treated as abandoned).
         c->peer_closed = true;
         if (!c->in_flight) c->dead = true;
+        CancelInFlight(c);
         return;
       }
       if (errno == EINTR) continue;
@@ -342,6 +354,8 @@ class EventLoop {
       c->sent_continue = false;
       c->close_after = !request.keep_alive;
       c->request_start_ns = 0;
+      c->cancel = std::make_shared<core::CancellationToken>();
+      request.cancel = c->cancel;
       std::shared_ptr<const void> body_owner = owner;
       if (!chunked->empty()) {
         // A decoded chunked body lives in its own string; keep both alive.
@@ -402,6 +416,7 @@ class EventLoop {
       return;
     }
     c->in_flight = false;
+    c->cancel.reset();
     c->last_io_ns = NowNs();
     // Pipelined bytes already read start the next request's clock now.
     if (c->in->size > 0) c->request_start_ns = c->last_io_ns;
@@ -488,6 +503,7 @@ class EventLoop {
 
   void CloseIfDead(Connection* c) {
     if (!c->dead) return;
+    CancelInFlight(c);
     ::close(c->fd);
     connections_->fetch_sub(1, std::memory_order_relaxed);
     conns_.erase(c->id);

@@ -320,6 +320,7 @@ void KServeHttpService::InferWithHeaderLength(const HttpRequest& request,
   req->model_name = model;
   req->model_version = version;
   req->times.received_ns = received;
+  req->cancel = request.cancel;  // the client disconnecting cancels it
   auto encoding = std::make_shared<OutputEncoding>(std::move(parsed->encoding));
   req->on_complete = [reply, encoding](std::unique_ptr<core::InferResponse> response) {
     std::shared_ptr<core::InferResponse> shared(std::move(response));
