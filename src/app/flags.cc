@@ -143,9 +143,7 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"trace-rate", Arg::kInt, "tracing is not implemented"},
     {"trace-count", Arg::kInt, "tracing is not implemented"},
     {"trace-log-frequency", Arg::kInt, "tracing is not implemented"},
-    {"cache-config", Arg::kString, "there is no response cache (models that enable it are refused)"},
-    {"cache-directory", Arg::kString, "there is no response cache"},
-    {"response-cache-byte-size", Arg::kInt, "there is no response cache"},
+    {"cache-directory", Arg::kString, "the local response cache is built in; no cache library is loaded"},
     {"rate-limit", Arg::kString, "there is no rate limiter (models that configure one are refused)"},
     {"rate-limit-resource", Arg::kString, "there is no rate limiter"},
     {"pinned-memory-pool-byte-size", Arg::kInt, kNoGpu},
@@ -277,10 +275,12 @@ std::string Usage() {
   --backend-config=[<backend>,]<key>=<value>   e.g. onnxruntime,default-max-batch-size=8
                                    (the max_batch_size auto-complete gives a model that can
                                    batch; default 4); repeatable
+  --cache-config=local,size=<bytes>  the response cache for models with response_cache
+                                   { enable: true } (--response-cache-byte-size=<bytes>: the same)
   --version, --help
 
 Every other tritonserver flag is accepted and logged at start as having no effect here (GPU,
-TLS, tracing, response cache, rate limiter, Vertex AI, ...); --grpc-use-ssl=true is refused.
+TLS, tracing, rate limiter, Vertex AI, ...); --grpc-use-ssl=true is refused.
 )";
 }
 
@@ -298,6 +298,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   if (const char* m = std::getenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")) f.sagemaker.default_model = m;
   if (const char* m = std::getenv("SAGEMAKER_TRITON_PING_MODE")) f.sagemaker.ping_live = std::string(m) == "live";
   std::vector<std::string> load_models;
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> cache_settings;
+  std::optional<int64_t> cache_byte_size;  // --response-cache-byte-size
 
   using Setter = std::function<absl::Status(const std::string&)>;
   auto set_bool = [](const char* name, bool* out) -> Setter {
@@ -424,6 +426,24 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          return absl::OkStatus();
        }},
       {"backend-config", [&](const std::string& v) { return ParseBackendConfig(v, &f); }},
+      {"cache-config", [&](const std::string& v) -> absl::Status {
+         // tritonserver's "<cache>,<key>=<value>", repeatable.
+         const size_t comma = v.find(',');
+         const size_t eq = v.find('=', comma == std::string::npos ? 0 : comma);
+         if (comma == std::string::npos || comma == 0 || eq == std::string::npos) {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--cache-config: the format is <cache name>,<setting>=<value> (e.g. local,size=1048576), got '", v, "'"));
+         }
+         cache_settings.push_back({v.substr(0, comma), {v.substr(comma + 1, eq - comma - 1), v.substr(eq + 1)}});
+         return absl::OkStatus();
+       }},
+      {"response-cache-byte-size", [&](const std::string& v) -> absl::Status {
+         // Deprecated in tritonserver: the same as --cache-config=local,size=<v>.
+         auto n = ParseInt("response-cache-byte-size", v, 0);
+         if (!n.ok()) return n.status();
+         cache_byte_size = *n;
+         return absl::OkStatus();
+       }},
   };
 
   for (size_t i = 0; i < args.size(); ++i) {
@@ -466,6 +486,19 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     }
     absl::Status st = it->second(*value);
     if (!st.ok()) return st;
+  }
+  if (cache_byte_size && !cache_settings.empty()) {
+    return absl::InvalidArgumentError(
+        "Incompatible flags --response-cache-byte-size and --cache-config both provided. Please "
+        "provide one or the other.");
+  }
+  if (cache_byte_size) {
+    cache_settings.push_back({"local", {"size", inferd::StrCat(*cache_byte_size)}});
+  }
+  {
+    auto cache = server::ParseCacheConfig(cache_settings);
+    if (!cache.ok()) return cache.status();
+    f.server.response_cache_bytes = cache->size_bytes;
   }
   f.server.load_models = load_models;
   f.grpc.max_message_bytes = static_cast<int>(std::min<size_t>(f.http.limits.max_body_bytes, INT32_MAX));

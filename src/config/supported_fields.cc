@@ -175,15 +175,17 @@ constexpr FieldRule kRules[] = {
     {"model_warmup.count", kYes, kModel},
 
     {"model_operations", kNo, kAny, false, "custom operator libraries are not loaded"},
-    // `model_transaction_policy { decoupled: false }` and `response_cache { enable: false }` say
-    // what inferd does; only the true values are refused.
+    // `model_transaction_policy { decoupled: false }` says what inferd does; only true is
+    // refused.
     {"model_transaction_policy", kYes},
     // Decoupled models: 0..N responses per request (core/response_sender.h).
     {"model_transaction_policy.decoupled", kYes},
     {"model_repository_agents", kNo, kAny, false,
      "repository agents (checksum, decryption, ...) are not run"},
     {"response_cache", kYes},
-    {"response_cache.enable", kNo, kAny, false, "the response cache (--cache-config) is not implemented"},
+    // Used when the server has a cache (--cache-config local,size=N); without one the model
+    // loads and runs uncached, as in tritonserver.
+    {"response_cache.enable", kYes},
     {"model_metrics", kNo, kAny, false,
      "per-model metric settings (histogram buckets) are not implemented"},
 };

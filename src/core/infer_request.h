@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,15 @@
 
 namespace inferd::core {
 
+// Where a tensor lives in a registered system shared-memory region (the shared-memory
+// extension's shared_memory_region / _offset / _byte_size parameters). The server resolves it
+// to a mapping before validation.
+struct SharedMemoryRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
 // An input tensor as the client sent it. `data` points into InferRequest::payload or
 // InferRequest::owned; for BYTES it holds elements as 4-byte little-endian length + bytes.
 struct InputTensor {
@@ -25,6 +35,8 @@ struct InputTensor {
   DataType datatype = DataType::kInvalid;
   Shape shape;
   std::string_view data;
+  // Set by the frontend when the data is in shared memory; the server points `data` there.
+  std::optional<SharedMemoryRef> shm;
 };
 
 struct RequestedOutput {
@@ -33,6 +45,8 @@ struct RequestedOutput {
   bool binary = false;
   // Classification extension: return the top-N as BYTES "<value>:<index>[:<label>]" (0 = off).
   int64_t classification = 0;
+  // Write this output into shared memory instead of the response body.
+  std::optional<SharedMemoryRef> shm;
 };
 
 // Monotonic nanosecond timestamps of one request's life, for the statistics extension.
@@ -53,6 +67,9 @@ struct OutputTensor {
   Shape shape;
   std::string_view data;
   std::shared_ptr<const void> holder;
+  // The server wrote the data into the shared-memory region the client named; the response
+  // carries only its name, datatype and shape.
+  bool in_shared_memory = false;
 };
 
 struct InferResponse {
@@ -92,6 +109,8 @@ struct InferRequest {
   std::shared_ptr<const void> payload;
   // Buffers the frontend decoded tensors into (JSON data). A deque never moves its elements.
   std::deque<std::string> owned;
+  // Keeps other memory the tensors view alive (shared-memory mappings).
+  std::vector<std::shared_ptr<const void>> holders;
 
   RequestTimes times;
   InferCallback on_complete;

@@ -41,6 +41,17 @@ void ModelStats::RecordExecution(uint64_t batch_size, uint64_t input_ns, uint64_
   b.compute_output.ns += output_ns;
 }
 
+void ModelStats::RecordCacheHit(uint64_t request_ns, uint64_t queue_ns, uint64_t lookup_ns) {
+  success_.Add(request_ns);
+  queue_.Add(queue_ns);
+  cache_hit_.Add(lookup_ns);
+  last_inference_ms_.store(WallMs(), std::memory_order_relaxed);
+}
+
+void ModelStats::RecordCacheMiss(uint64_t lookup_and_insert_ns) {
+  cache_miss_.Add(lookup_and_insert_ns);
+}
+
 ModelStatsSnapshot ModelStats::Snapshot() const {
   ModelStatsSnapshot s;
   s.last_inference_ms = last_inference_ms_.load();
@@ -52,6 +63,8 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   s.compute_input = compute_input_.Get();
   s.compute_infer = compute_infer_.Get();
   s.compute_output = compute_output_.Get();
+  s.cache_hit = cache_hit_.Get();
+  s.cache_miss = cache_miss_.Get();
   for (int i = 0; i < kNumFailureReasons; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
   inferd::MutexLock lock(&batch_mu_);
   s.batch_stats = batch_stats_;

@@ -52,6 +52,12 @@ class ModelStats {
   void RecordExecution(uint64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
                        uint64_t output_ns);
 
+  // A request answered from the response cache: counts as a success (request and queue time)
+  // and a cache hit taking `lookup_ns`; no inference or execution. A miss adds the lookup and
+  // insertion time; the request's execution is recorded as usual.
+  void RecordCacheHit(uint64_t request_ns, uint64_t queue_ns, uint64_t lookup_ns);
+  void RecordCacheMiss(uint64_t lookup_and_insert_ns);
+
   ModelStatsSnapshot Snapshot() const;
 
  private:
@@ -69,6 +75,7 @@ class ModelStats {
   std::atomic<uint64_t> execution_count_{0};
   std::atomic<uint64_t> fail_by_reason_[kNumFailureReasons] = {};
   Counter success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
+  Counter cache_hit_, cache_miss_;
   mutable inferd::Mutex batch_mu_;
   std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);
 };

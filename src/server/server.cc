@@ -13,6 +13,9 @@ namespace inferd::server {
 Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
                metrics::MetricsRegistry* registry)
     : options_(std::move(options)), backends_(backends) {
+  if (options_.response_cache_bytes > 0) {
+    response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
+  }
   if (registry != nullptr) {
     registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
   }
@@ -43,7 +46,7 @@ Server::~Server() { Shutdown(); }
 const std::vector<std::string>& Server::Extensions() {
   static const std::vector<std::string> kExtensions = {
       "binary_tensor_data", "classification", "statistics", "model_configuration", "model_repository",
-      "model_repository(unload_dependents)", "schedule_policy"};
+      "model_repository(unload_dependents)", "schedule_policy", "system_shared_memory"};
   return kExtensions;
 }
 
@@ -209,7 +212,8 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
       return;
     }
   }
-  absl::Status valid = ValidateRequest((*model)->config(), request.get());
+  absl::Status valid = shared_memory_.Attach(request.get());
+  if (valid.ok()) valid = ValidateRequest((*model)->config(), request.get());
   if (!valid.ok()) {
     (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns,
                                     metrics::FailureReason::kOther);
@@ -235,7 +239,45 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
       next(std::move(response));
     };
   }
+  if (response_cache_ != nullptr && (*model)->config().response_cache().enable() &&
+      !ServeFromCache(**model, request)) {
+    return;
+  }
   (*model)->Enqueue(std::move(request));
+}
+
+bool Server::ServeFromCache(const repository::Model& model,
+                            std::unique_ptr<core::InferRequest>& request) {
+  const uint64_t start = core::NowNs();
+  ResponseCache::Key key = ResponseCache::MakeKey(*request);
+  auto hit = response_cache_->Lookup(key);
+  const uint64_t looked_up = core::NowNs();
+  metrics::ModelStats* stats = &model.stats();
+  if (hit) {
+    auto response = std::make_unique<core::InferResponse>();
+    response->model_name = request->model_name;
+    response->model_version = request->model_version;
+    response->id = request->id;
+    response->outputs = *std::move(hit);
+    stats->RecordCacheHit(looked_up - request->times.received_ns,
+                          start - request->times.received_ns, looked_up - start);
+    request->on_complete(std::move(response));
+    return false;
+  }
+  // A miss runs the model; its successful response goes into the cache before anything else
+  // (classification, shared memory) sees it. The model outlives its requests in flight, so its
+  // statistics may be reached through a plain pointer.
+  request->on_complete = [cache = response_cache_.get(), stats, key = std::move(key),
+                          lookup_ns = looked_up - start, next = std::move(request->on_complete)](
+                             std::unique_ptr<core::InferResponse> response) {
+    if (response->status.ok()) {
+      const uint64_t t0 = core::NowNs();
+      cache->Insert(key, *response);
+      stats->RecordCacheMiss(lookup_ns + (core::NowNs() - t0));
+    }
+    next(std::move(response));
+  };
+  return true;
 }
 
 void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
@@ -283,6 +325,30 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
          "counter", [](const Row& r) { return double(r.s.compute_output.ns / 1000); });
   family("nv_model_load_duration_secs", "Model load time in seconds", "gauge",
          [](const Row& r) { return r.load_secs; });
+  family("nv_cache_num_hits_per_model", "Number of cache hits per model", "counter",
+         [](const Row& r) { return double(r.s.cache_hit.count); });
+  family("nv_cache_num_misses_per_model", "Number of cache misses per model", "counter",
+         [](const Row& r) { return double(r.s.cache_miss.count); });
+  family("nv_cache_hit_duration_per_model",
+         "Total cache hit duration per model, in microseconds", "counter",
+         [](const Row& r) { return double(r.s.cache_hit.ns / 1000); });
+  family("nv_cache_miss_duration_per_model",
+         "Total cache miss (insert + lookup) duration per model, in microseconds", "counter",
+         [](const Row& r) { return double(r.s.cache_miss.ns / 1000); });
+  if (response_cache_ != nullptr) {
+    const auto c = response_cache_->GetCounters();
+    auto gauge = [&](const char* name, const char* help, double v) {
+      w.Family(name, help, "gauge");
+      w.Sample(name, {}, v);
+    };
+    gauge("nv_cache_num_entries", "Number of responses stored in response cache", double(c.entries));
+    gauge("nv_cache_num_lookups", "Number of cache lookups in response cache", double(c.lookups));
+    gauge("nv_cache_num_hits", "Number of cache hits in response cache", double(c.hits));
+    gauge("nv_cache_num_misses", "Number of cache misses in response cache", double(c.misses));
+    gauge("nv_cache_num_evictions", "Number of cache evictions in response cache", double(c.evictions));
+    gauge("nv_cache_util", "Cache utilization [0.0 - 1.0]",
+          c.capacity ? double(c.bytes) / double(c.capacity) : 0.0);
+  }
   lifecycle_->CollectMetrics(w);
 }
 

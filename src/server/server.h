@@ -23,6 +23,8 @@
 #include "metrics/model_stats.h"
 #include "metrics/prometheus.h"
 #include "repository/model_lifecycle.h"
+#include "server/response_cache.h"
+#include "server/shared_memory.h"
 
 namespace inferd::server {
 
@@ -50,6 +52,9 @@ struct ServerOptions {
   int64_t memory_budget_bytes = 0;                  // --model-memory-budget
   bool footprint_from_disk = false;                 // --model-memory-accounting=disk
   std::string eviction_policy = "cost";             // --model-eviction-policy
+  // --cache-config local,size=N (or --response-cache-byte-size): the response cache that
+  // models with `response_cache { enable: true }` use. Size 0: no cache.
+  uint64_t response_cache_bytes = 0;
 };
 
 struct TensorMetadata {
@@ -128,15 +133,24 @@ class Server {
   bool SubmitLoad(std::function<void()> task);
   // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
   static absl::Status ValidateModelName(std::string_view name);
+  // The system shared-memory regions clients registered (the shared-memory extension).
+  SharedMemoryManager& shared_memory() { return shared_memory_; }
+  // Null when no response cache is configured.
+  const ResponseCache* response_cache() const { return response_cache_.get(); }
 
  private:
   void PollLoop();
   void InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_load);
+  // Answers `request` from the response cache (false: done, `request` is consumed) or arranges
+  // for its response to be cached (true: the caller enqueues it).
+  bool ServeFromCache(const repository::Model& model, std::unique_ptr<core::InferRequest>& request);
   void CollectMetrics(metrics::PrometheusWriter& w) const;
 
   const ServerOptions options_;
   // Whether a model's backend streams decoupled responses (Backend::SupportsDecoupled).
   const backends::BackendRegistry* backends_ = nullptr;
+  SharedMemoryManager shared_memory_;
+  std::unique_ptr<ResponseCache> response_cache_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;
   std::unique_ptr<WorkerPool> loader_;
   std::thread poller_;

@@ -20,8 +20,6 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
 REFUSED = {
     "seq": ("sequence_batching { max_sequence_idle_microseconds: 5000000 }\n",
             "config.pbtxt field 'sequence_batching' is not supported by inferd"),
-    "cached": ("response_cache { enable: true }\n",
-               "config.pbtxt field 'response_cache.enable' is not supported by inferd"),
     "unknown_param": ('parameters { key: "intra_op_threads" value: { string_value: "1" } }\n',
                       "config.pbtxt field 'parameters' key 'intra_op_threads' is not supported "
                       "by inferd's onnxruntime backend"),

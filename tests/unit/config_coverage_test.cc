@@ -291,7 +291,6 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"sequence_batching", "sequence_batching"},
       {"sequence_batching.oldest.max_candidate_sequences", "sequence_batching"},
-      {"response_cache.enable", "response_cache.enable"},
       {"instance_group.rate_limiter.priority", "instance_group.rate_limiter"},
       {"batch_input.kind", "batch_input"},
       {"batch_output.target_name", "batch_output"},
@@ -347,11 +346,9 @@ TEST(ConfigCoverageTest, RefusalMessageSaysWhatToDo) {
   cfg = Parse(R"pb(
     name: "m" backend: "identity"
     instance_group [ { kind: KIND_GPU }, { kind: KIND_GPU count: 2 } ]
-    response_cache { enable: true }
     metric_tags { key: "a" value: "b" })pb");
   st = NormalizeAndValidate(&cfg, "m");
   EXPECT_THAT(st.message(), HasSubstr("field 'instance_group.kind' value KIND_GPU"));
-  EXPECT_THAT(st.message(), HasSubstr("field 'response_cache.enable'"));
   EXPECT_THAT(st.message(), HasSubstr("field 'metric_tags'"));
   EXPECT_EQ(st.message().find("KIND_GPU"), st.message().rfind("KIND_GPU is"));
 }

@@ -69,6 +69,45 @@ bool HasContents(const inference::InferTensorContents& c) {
          c.fp64_contents_size() || c.bytes_contents_size();
 }
 
+// The shared-memory extension's parameters of one tensor (nullopt without a region).
+absl::StatusOr<std::optional<core::SharedMemoryRef>> SharedMemoryParams(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params,
+    const std::string& what) {
+  auto region = params.find("shared_memory_region");
+  auto offset = params.find("shared_memory_offset");
+  auto size = params.find("shared_memory_byte_size");
+  if (region == params.end()) {
+    if (offset != params.end() || size != params.end()) {
+      return absl::InvalidArgumentError(StrCat(
+          what, ": 'shared_memory_offset' and 'shared_memory_byte_size' need 'shared_memory_region'"));
+    }
+    return std::optional<core::SharedMemoryRef>();
+  }
+  if (!region->second.has_string_param()) {
+    return absl::InvalidArgumentError(StrCat(what, ": 'shared_memory_region' must be a string_param"));
+  }
+  core::SharedMemoryRef ref;
+  ref.region = region->second.string_param();
+  auto non_negative = [&](const inference::InferParameter& p, const char* name) -> absl::StatusOr<uint64_t> {
+    if (p.has_int64_param() && p.int64_param() >= 0) return static_cast<uint64_t>(p.int64_param());
+    if (p.has_uint64_param()) return p.uint64_param();
+    return absl::InvalidArgumentError(StrCat(what, ": '", name, "' must be a non-negative int64_param"));
+  };
+  if (offset != params.end()) {
+    auto v = non_negative(offset->second, "shared_memory_offset");
+    if (!v.ok()) return v.status();
+    ref.offset = *v;
+  }
+  if (size == params.end()) {
+    return absl::InvalidArgumentError(StrCat(
+        what, ": 'shared_memory_byte_size' must be given with 'shared_memory_region'"));
+  }
+  auto v = non_negative(size->second, "shared_memory_byte_size");
+  if (!v.ok()) return v.status();
+  ref.byte_size = *v;
+  return std::optional<core::SharedMemoryRef>(std::move(ref));
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ParseVersion(const std::string& version) {
@@ -103,11 +142,17 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
     }
   }
   const bool raw = message.raw_input_contents_size() > 0;
-  if (raw && message.raw_input_contents_size() != message.inputs_size()) {
+  // Inputs in shared memory have no raw entry: the raw entries are the other inputs, in order.
+  int expected_raw = 0;
+  for (const auto& in : message.inputs()) {
+    expected_raw += in.parameters().count("shared_memory_region") == 0 ? 1 : 0;
+  }
+  if (raw && message.raw_input_contents_size() != expected_raw) {
     return absl::InvalidArgumentError(StrCat(
         "raw_input_contents has ", message.raw_input_contents_size(), " entries but the request has ",
-        message.inputs_size(), " inputs; send one raw entry per input, in order"));
+        expected_raw, " inputs not in shared memory; send one raw entry per such input, in order"));
   }
+  int raw_index = 0;
   for (int i = 0; i < message.inputs_size(); ++i) {
     const auto& in = message.inputs(i);
     core::InputTensor t;
@@ -128,12 +173,20 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
     if (!count.ok()) {
       return absl::InvalidArgumentError(StrCat("input '", in.name(), "': ", count.status().message()));
     }
-    if (raw) {
+    auto shm = SharedMemoryParams(in.parameters(), StrCat("input '", in.name(), "'"));
+    if (!shm.ok()) return shm.status();
+    if (*shm) {
+      if (HasContents(in.contents())) {
+        return absl::InvalidArgumentError(StrCat(
+            "input '", in.name(), "': unexpected 'contents' with shared memory; send one"));
+      }
+      t.shm = *std::move(shm);  // the server points `data` into the region
+    } else if (raw) {
       if (HasContents(in.contents())) {
         return absl::InvalidArgumentError(StrCat(
             "input '", in.name(), "' has both typed contents and raw_input_contents; send one"));
       }
-      t.data = message.raw_input_contents(i);
+      t.data = message.raw_input_contents(raw_index++);
     } else {
       std::string& buf = req->owned.emplace_back();
       absl::Status st = DecodeContents(in.contents(), t.datatype, in.name(), &buf);
@@ -152,6 +205,9 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
       }
       ro.classification = it->second.int64_param();
     }
+    auto shm = SharedMemoryParams(out.parameters(), StrCat("output '", out.name(), "'"));
+    if (!shm.ok()) return shm.status();
+    ro.shm = *std::move(shm);
     req->outputs.push_back(std::move(ro));
   }
   return req;
@@ -166,7 +222,9 @@ void ResponseToProto(const core::InferResponse& response, inference::ModelInferR
     o->set_name(out.name);
     o->set_datatype(std::string(DataTypeName(out.datatype)));
     for (int64_t d : out.shape) o->add_shape(d);
-    message->add_raw_output_contents()->assign(out.data.data(), out.data.size());
+    // An output written to shared memory keeps its (empty) place, so indices still match.
+    auto* raw = message->add_raw_output_contents();
+    if (!out.in_shared_memory) raw->assign(out.data.data(), out.data.size());
   }
 }
 

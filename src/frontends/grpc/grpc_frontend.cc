@@ -24,6 +24,12 @@ grpc::Status Unimplemented(std::string_view what) {
                       StrCat(what, " is not supported by inferd yet"));
 }
 
+grpc::Status CudaUnsupported() {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "CUDA shared memory is not supported on this server (it has no GPU); use "
+                      "system shared memory");
+}
+
 void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics* out) {
   if (m.memory_bytes > 0) {
     auto* usage = out->add_memory_usage();
@@ -463,40 +469,50 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   }
 
   ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx,
-                                               const inference::SystemSharedMemoryStatusRequest*,
-                                               inference::SystemSharedMemoryStatusResponse*) override {
+                                               const inference::SystemSharedMemoryStatusRequest* req,
+                                               inference::SystemSharedMemoryStatusResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("system shared memory"));
+    auto regions = server_->shared_memory().Status(req->name());
+    if (!regions.ok()) return Done(ctx, ToGrpcStatus(regions.status()));
+    for (const auto& r : *regions) {
+      auto& out = (*resp->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_key(r.key);
+      out.set_offset(r.offset);
+      out.set_byte_size(r.byte_size);
+    }
+    return Done(ctx, grpc::Status::OK);
   }
   ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
-                                                 const inference::SystemSharedMemoryRegisterRequest*,
+                                                 const inference::SystemSharedMemoryRegisterRequest* req,
                                                  inference::SystemSharedMemoryRegisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("system shared memory"));
+    return Done(ctx, ToGrpcStatus(server_->shared_memory().Register(req->name(), req->key(),
+                                                                   req->offset(), req->byte_size())));
   }
   ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
-                                                   const inference::SystemSharedMemoryUnregisterRequest*,
+                                                   const inference::SystemSharedMemoryUnregisterRequest* req,
                                                    inference::SystemSharedMemoryUnregisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("system shared memory"));
+    return Done(ctx, ToGrpcStatus(server_->shared_memory().Unregister(req->name())));
   }
   ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
                                              const inference::CudaSharedMemoryStatusRequest*,
                                              inference::CudaSharedMemoryStatusResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("CUDA shared memory"));
+    return Done(ctx, CudaUnsupported());
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
                                                const inference::CudaSharedMemoryRegisterRequest*,
                                                inference::CudaSharedMemoryRegisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("CUDA shared memory"));
+    return Done(ctx, CudaUnsupported());
   }
   ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
                                                  const inference::CudaSharedMemoryUnregisterRequest*,
                                                  inference::CudaSharedMemoryUnregisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, Unimplemented("CUDA shared memory"));
+    return Done(ctx, CudaUnsupported());
   }
   ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest*,
                                    inference::TraceSettingResponse*) override {

@@ -316,6 +316,42 @@ void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
 
 }  // namespace
 
+// The shared-memory extension's parameters of one tensor: nullopt without
+// 'shared_memory_region'; 'shared_memory_byte_size' is required with it.
+static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
+    const rapidjson::Value& params, const std::string& what) {
+  auto region = params.FindMember("shared_memory_region");
+  auto offset = params.FindMember("shared_memory_offset");
+  auto size = params.FindMember("shared_memory_byte_size");
+  if (region == params.MemberEnd()) {
+    if (offset != params.MemberEnd() || size != params.MemberEnd()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          what, ": 'shared_memory_offset' and 'shared_memory_byte_size' need 'shared_memory_region'"));
+    }
+    return std::optional<core::SharedMemoryRef>();
+  }
+  if (!region->value.IsString()) {
+    return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_region' must be a string"));
+  }
+  core::SharedMemoryRef ref;
+  ref.region.assign(region->value.GetString(), region->value.GetStringLength());
+  if (offset != params.MemberEnd()) {
+    if (!offset->value.IsUint64()) {
+      return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_offset' must be a non-negative integer"));
+    }
+    ref.offset = offset->value.GetUint64();
+  }
+  if (size == params.MemberEnd()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        what, ": 'shared_memory_byte_size' must be given with 'shared_memory_region'"));
+  }
+  if (!size->value.IsUint64()) {
+    return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_byte_size' must be a non-negative integer"));
+  }
+  ref.byte_size = size->value.GetUint64();
+  return std::optional<core::SharedMemoryRef>(std::move(ref));
+}
+
 bool OutputEncoding::IsBinary(std::string_view name) const {
   for (const auto& [n, b] : per_output) {
     if (n == name) return b;
@@ -402,9 +438,17 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
         binary_size = b->value.GetUint64();
       }
+      auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("input '", tensor.name, "'"));
+      if (!shm.ok()) return shm.status();
+      tensor.shm = *std::move(shm);
     }
     auto data_it = in.FindMember("data");
-    if (binary_size) {
+    if (tensor.shm) {
+      if (data_it != in.MemberEnd() || binary_size) {
+        return Invalid(tensor.name, "must set only one of 'data', 'binary_data_size' and 'shared_memory_region'");
+      }
+      // The server points `data` into the region.
+    } else if (binary_size) {
       if (data_it != in.MemberEnd()) {
         return Invalid(tensor.name, "has both 'data' and 'binary_data_size'; send one");
       }
@@ -472,6 +516,15 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
           }
           ro.classification = c->value.GetInt64();
         }
+      }
+      if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
+        auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("output '", ro.name, "'"));
+        if (!shm.ok()) return shm.status();
+        if (*shm && p->value.HasMember("binary_data") && binary_flag) {
+          return absl::InvalidArgumentError(inferd::StrCat(
+              "output '", ro.name, "': can't set both 'shared_memory_region' and 'binary_data'"));
+        }
+        ro.shm = *std::move(shm);
       }
       ro.binary = binary_flag;
       parsed.encoding.per_output.emplace_back(ro.name, binary_flag);
@@ -563,7 +616,9 @@ HttpResponse SerializeInferResponse(core::InferResponse& response,
     w.StartArray();
     for (int64_t d : out.shape) w.Int64(d);
     w.EndArray();
-    if (encoding.IsBinary(out.name)) {
+    if (out.in_shared_memory) {
+      // The data is in the client's region: only the description goes back (as Triton).
+    } else if (encoding.IsBinary(out.name)) {
       any_binary = true;
       w.Key("parameters");
       w.StartObject();

@@ -7,6 +7,7 @@
 #include "config/model_config_util.h"
 #include "frontends/http/generate.h"
 #include "frontends/http/infer_codec.h"
+#include "frontends/http/shared_memory_routes.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -173,6 +174,9 @@ void KServeHttpService::Handle(const HttpRequest& request,
       if (!get) return method_not_allowed();
       if (s[2] == "live") return now(Empty(server_->IsLive() ? 200 : 400));
       if (s[2] == "ready") return now(Empty(server_->IsReady() ? 200 : 400));
+    }
+    if (auto shm = HandleSharedMemoryRoute(server_->shared_memory(), request, s)) {
+      return now(*std::move(shm));
     }
     if (s[1] == "repository") {
       if (s.size() == 3 && s[2] == "index") {
