@@ -75,29 +75,31 @@ class SharedRegion:
         """Writes `tensors` from offset 0; returns their descriptors."""
         items = []
         off = 0
+        names = pb._TYPE_NAMES
         for t in tensors:
-            if not isinstance(t, pb.Tensor):
+            if t.__class__ is not pb.Tensor and not isinstance(t, pb.Tensor):
                 raise pb.TritonModelException(
                     f"output tensors must be pb_utils.Tensor objects, got {type(t).__name__}")
-            a = t.as_numpy()
-            code = t.triton_dtype()
-            name = pb._TYPE_NAMES[code] if code is not None and 0 < code < 14 else "INVALID"
-            if name == "INVALID":
-                raise pb.TritonModelException(f"tensor '{t.name()}': unsupported data type")
-            if name == "BYTES":
+            a = t._array
+            code = t._dtype
+            if code is None or not 0 < code < 14:
+                raise pb.TritonModelException(f"tensor '{t._name}': unsupported data type")
+            if code == 13:
                 payload = pb.serialize_byte_tensor(a)
+            elif a.flags.c_contiguous:
+                payload = a
             else:
                 payload = np.ascontiguousarray(a)
-            nbytes = int(payload.nbytes)
-            items.append((t.name(), name, list(a.shape), payload, off, nbytes))
-            off = _align(off + nbytes)
-        self.reserve(off)
+            nbytes = payload.nbytes
+            items.append((t._name, names[code], list(a.shape), payload, off, nbytes))
+            off = (off + nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        if off > self.size:
+            self.reserve(off)
+        mm = self.mm
         descs = []
         for name, dtype, shape, payload, o, n in items:
             if n:
-                dst = np.ndarray((n,), dtype=np.uint8, buffer=self.mm, offset=o)
-                dst[:] = payload.reshape(-1).view(np.uint8)
-                del dst
+                mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
             descs.append({"name": name, "datatype": dtype, "shape": shape, "offset": o,
                           "size": n})
         return descs
@@ -245,17 +247,15 @@ class Stub:
         return self.loop.run_until_complete(coro)
 
     def execute(self, msg):
-        shm = self.channel.shm
-        requests = []
-        for r in msg["requests"]:
-            inputs = [pb.Tensor(d["name"], shm.read(d)) for d in r["inputs"]]
-            requests.append(pb.InferenceRequest(
-                request_id=r.get("id", ""), correlation_id=0, inputs=inputs,
-                requested_output_names=r["outputs"], model_name=self.name,
-                model_version=self.version, flags=0, timeout=r.get("timeout", 0)))
+        read = self.channel.shm.read
+        wrap = pb.Tensor._wrap
+        name, version = self.name, self.version
+        requests = [pb.InferenceRequest(
+            r.get("id", ""), 0, [wrap(d["name"], read(d), d["datatype"]) for d in r["inputs"]],
+            r["outputs"], name, version, 0, r.get("timeout", 0)) for r in msg["requests"]]
         try:
             result = self.model.execute(requests)
-            if inspect.iscoroutine(result):
+            if result.__class__ is not list and inspect.iscoroutine(result):
                 result = self._run(result)
         except Exception as e:  # the model's own error fails the whole batch
             return {"op": "done", "error": _error_message(e)}
@@ -272,22 +272,21 @@ class Stub:
                 out.append({"error": "execute returned " + type(resp).__name__ +
                             " where a pb_utils.InferenceResponse belongs", "code": 1})
                 continue
-            if resp.has_error():
-                err = resp.error()
+            err = resp._error
+            if err is not None:
                 code = err.code() if hasattr(err, "code") else 1
                 message = err.message() if hasattr(err, "message") else str(err)
                 out.append({"error": message, "code": code})
                 continue
-            out.append({"first": len(tensors), "count": len(resp.output_tensors())})
-            tensors.extend(resp.output_tensors())
+            first = len(tensors)
+            tensors.extend(resp._outputs)
+            out.append((first, len(tensors)))
         try:
-            descs = shm.write(tensors)
+            descs = self.channel.shm.write(tensors)
         except Exception as e:
             return {"op": "done", "error": _error_message(e)}
-        for r in out:
-            if "first" in r:
-                r["outputs"] = descs[r.pop("first"):][:r.pop("count")]
-        return {"op": "done", "responses": out}
+        return {"op": "done", "responses": [
+            {"outputs": descs[r[0]:r[1]]} if r.__class__ is tuple else r for r in out]}
 
     def finalize(self):
         fn = getattr(self.model, "finalize", None) if self.model is not None else None

@@ -21,6 +21,16 @@ _NUMPY_OF_NAME = {
     "BYTES": np.object_,
 }
 
+# numpy dtype (and scalar type) -> TRITONSERVER_DataType, for one dictionary lookup per tensor.
+_TRITON_OF_DTYPE = {}
+for _code, _name in enumerate(_TYPE_NAMES):
+    if _name in _NUMPY_OF_NAME:
+        _TRITON_OF_DTYPE[np.dtype(_NUMPY_OF_NAME[_name])] = _code
+        _TRITON_OF_DTYPE[_NUMPY_OF_NAME[_name]] = _code
+_TRITON_OF_DTYPE[bool] = 1
+
+_CODE_OF_NAME = {name: code for code, name in enumerate(_TYPE_NAMES)}
+
 TRITON_STRING_TO_NUMPY = {
     "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
     "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
@@ -114,14 +124,16 @@ def triton_to_numpy_type(data_type):
 
 
 def numpy_to_triton_type(data_type):
-    t = np.dtype(data_type) if data_type is not np.object_ else np.dtype(object)
-    if t == np.object_ or t.type == np.bytes_:
-        return 13
-    for code, name in enumerate(_TYPE_NAMES):
-        npt = _NUMPY_OF_NAME.get(name)
-        if npt is not None and npt is not np.object_ and t == np.dtype(npt):
+    try:
+        code = _TRITON_OF_DTYPE.get(data_type)
+        if code is not None:
             return code
-    return None
+        t = np.dtype(data_type)
+    except TypeError:
+        return None
+    if t.type == np.bytes_:
+        return 13
+    return _TRITON_OF_DTYPE.get(t)
 
 
 def triton_string_to_numpy(triton_type_string):
@@ -198,9 +210,10 @@ class Tensor:
     """A named tensor over a numpy array (BYTES as a numpy object array)."""
 
     def __init__(self, name, numpy_array, triton_dtype=None):
-        if not isinstance(numpy_array, np.ndarray):
+        if numpy_array.__class__ is not np.ndarray:
             numpy_array = np.asarray(numpy_array)
-        if numpy_array.dtype.type == np.str_ or numpy_array.dtype == np.void:
+        kind = numpy_array.dtype.kind
+        if kind == "U" or kind == "V":
             raise TritonModelException(
                 "Tensor dtype used for numpy_array is not supported by Python backend. "
                 "Please use np.object_ instead.")
@@ -216,6 +229,13 @@ class Tensor:
                     f"tensor '{name}': numpy dtype {numpy_array.dtype} has no Triton data type")
         self._name = name
         self._array = numpy_array
+
+    @classmethod
+    def _wrap(cls, name, array, type_name):
+        # The stub's constructor for tensors it read: the type is known, nothing to check.
+        t = object.__new__(cls)
+        t._name, t._array, t._dtype = name, array, _CODE_OF_NAME[type_name]
+        return t
 
     def name(self):
         return self._name
@@ -275,8 +295,8 @@ class InferenceResponse:
             raise TritonModelException('"output_tensors" must be a list.')
         self._outputs = output_tensors
         self._error = error
-        self._parameters = parameters if isinstance(parameters, str) else \
-            json.dumps(parameters or {})
+        self._parameters = "{}" if not parameters else \
+            parameters if isinstance(parameters, str) else json.dumps(parameters)
 
     def output_tensors(self):
         return self._outputs
@@ -307,9 +327,8 @@ class InferenceRequest:
         self._model_version = int(model_version)
         self._flags = flags
         self._timeout = int(timeout)
-        if parameters is None:
-            parameters = {}
-        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._parameters = "{}" if not parameters else \
+            parameters if isinstance(parameters, str) else json.dumps(parameters)
         self._sender = None
 
     def inputs(self):
