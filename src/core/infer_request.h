@@ -81,6 +81,15 @@ struct InferResponse {
 };
 
 using InferCallback = std::function<void(std::unique_ptr<InferResponse>)>;
+
+// Triton's correlation ID (the `sequence_id` parameter): an unsigned integer or a string. Zero
+// or the empty string means none.
+struct CorrelationId {
+  uint64_t number = 0;
+  std::string text;
+  bool is_string = false;
+  bool empty() const { return is_string ? text.empty() : number == 0; }
+};
 // One response of a request that may get several (decoupled models, core/response_sender.h);
 // `final` marks the last call, whose response may be null (the final flag alone).
 using ResponseCallback = std::function<void(std::unique_ptr<InferResponse>, bool final)>;
@@ -96,6 +105,10 @@ struct InferRequest {
   std::vector<InputTensor> inputs;
   std::vector<RequestedOutput> outputs;  // empty: every output of the model.
   uint32_t priority = 0;
+  // Sequence batcher parameters (sequence_id, sequence_start, sequence_end).
+  CorrelationId sequence_id;
+  bool sequence_start = false;
+  bool sequence_end = false;
   // The `timeout` parameter (microseconds), as Triton: the queue policy decides whether it
   // applies (allow_timeout_override); the default scheduler applies it from `received_ns`.
   uint64_t timeout_us = 0;

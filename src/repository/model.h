@@ -58,6 +58,8 @@ class Model {
  private:
   Model() = default;
   config::ModelConfig config_;
+  // sequence_batching: config_ plus the control and state tensors, as the backend sees it.
+  config::ModelConfig backend_config_;
   int64_t version_ = 0;
   double load_seconds_ = 0;
   std::unique_ptr<metrics::ModelStats> stats_;

@@ -252,7 +252,13 @@ TEST(ConfigCoverageTest, ImplementedFieldsAreAccepted) {
         "model_warmup.name", "model_warmup.batch_size", "model_warmup.count",
         "model_warmup.inputs.dims", "model_warmup.inputs.data_type",
         "model_warmup.inputs.zero_data", "model_warmup.inputs.random_data",
-        "model_warmup.inputs.input_data_file", "model_transaction_policy", "response_cache"}) {
+        "model_warmup.inputs.input_data_file", "model_transaction_policy", "response_cache",
+        "sequence_batching", "sequence_batching.max_sequence_idle_microseconds",
+        "sequence_batching.control_input.control.kind",
+        "sequence_batching.control_input.control.data_type",
+        "sequence_batching.state.initial_state.data_file",
+        "sequence_batching.oldest.max_candidate_sequences",
+        "sequence_batching.direct.minimum_slot_utilization"}) {
     SCOPED_TRACE(path);
     EXPECT_TRUE(Check(path, /*ensemble=*/false).accepted) << Check(path, false).message;
   }
@@ -289,8 +295,8 @@ TEST(ConfigCoverageTest, SettingsWithoutEffectOnACpuServerAreAccepted) {
 // Parsed and then ignored before issue 16: each is refused by name now.
 TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"sequence_batching", "sequence_batching"},
-      {"sequence_batching.oldest.max_candidate_sequences", "sequence_batching"},
+      {"sequence_batching.oldest.preserve_ordering", "sequence_batching.oldest.preserve_ordering"},
+      {"sequence_batching.iterative_sequence", "sequence_batching.iterative_sequence"},
       {"instance_group.rate_limiter.priority", "instance_group.rate_limiter"},
       {"batch_input.kind", "batch_input"},
       {"batch_output.target_name", "batch_output"},
@@ -336,11 +342,11 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
 
 TEST(ConfigCoverageTest, RefusalMessageSaysWhatToDo) {
   ModelConfig cfg = BackendModel();
-  cfg.mutable_sequence_batching();
+  cfg.mutable_sequence_batching()->set_iterative_sequence(true);
   absl::Status st = NormalizeAndValidate(&cfg, "m");
   EXPECT_EQ(st.message(),
-            "model 'm': config.pbtxt field 'sequence_batching' is not supported by inferd (the "
-            "sequence batcher (correlation IDs, control inputs, implicit state) is not "
+            "model 'm': config.pbtxt field 'sequence_batching.iterative_sequence' is not "
+            "supported by inferd (iterative sequences (decoupled request rescheduling) are not "
             "implemented; it would be ignored; remove it or use a server that supports it)");
   // Every refused field is named, once.
   cfg = Parse(R"pb(

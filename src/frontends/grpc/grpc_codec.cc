@@ -139,6 +139,23 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
       if (p.has_int64_param() && p.int64_param() >= 0) req->timeout_us = p.int64_param();
       else if (p.has_uint64_param()) req->timeout_us = p.uint64_param();
       else return absl::InvalidArgumentError("parameter 'timeout' must be a non-negative integer (microseconds)");
+    } else if (key == "sequence_id") {
+      if (p.has_int64_param() && p.int64_param() >= 0) {
+        req->sequence_id.number = static_cast<uint64_t>(p.int64_param());
+      } else if (p.has_uint64_param()) {
+        req->sequence_id.number = p.uint64_param();
+      } else if (p.has_string_param()) {
+        req->sequence_id.is_string = true;
+        req->sequence_id.text = p.string_param();
+      } else {
+        return absl::InvalidArgumentError(
+            "parameter 'sequence_id' must be a non-negative integer or a string");
+      }
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      if (!p.has_bool_param()) {
+        return absl::InvalidArgumentError(StrCat("parameter '", key, "' must be a bool_param"));
+      }
+      (key == "sequence_start" ? req->sequence_start : req->sequence_end) = p.bool_param();
     }
   }
   const bool raw = message.raw_input_contents_size() > 0;

@@ -400,6 +400,27 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
       if (!p->value.IsUint64()) return absl::InvalidArgumentError("parameter 'timeout' must be a non-negative integer (microseconds)");
       req.timeout_us = p->value.GetUint64();
     }
+    // Sequence batcher parameters, as tritonclient sends them.
+    if (auto p = params.FindMember("sequence_id"); p != params.MemberEnd()) {
+      if (p->value.IsUint64()) {
+        req.sequence_id.number = p->value.GetUint64();
+      } else if (p->value.IsString()) {
+        req.sequence_id.is_string = true;
+        req.sequence_id.text.assign(p->value.GetString(), p->value.GetStringLength());
+      } else {
+        return absl::InvalidArgumentError(
+            "parameter 'sequence_id' must be a non-negative integer or a string");
+      }
+    }
+    for (auto [key, flag] : {std::pair{"sequence_start", &req.sequence_start},
+                             std::pair{"sequence_end", &req.sequence_end}}) {
+      if (auto p = params.FindMember(key); p != params.MemberEnd()) {
+        if (!p->value.IsBool()) {
+          return absl::InvalidArgumentError(inferd::StrCat("parameter '", key, "' must be a boolean"));
+        }
+        *flag = p->value.GetBool();
+      }
+    }
   }
 
   auto inputs = doc.FindMember("inputs");
