@@ -68,6 +68,7 @@ RUN set -eu; \
     ccache --show-stats | grep -E '^ *(Hits|Misses)' || true; \
     mkdir -p /out/usr/bin /out/usr/local/lib /out/usr/share/inferd; \
     strip -o /out/usr/bin/inferd build/inferd; \
+    mkdir -p /out/usr/lib/inferd; cp -r build/python_backend /out/usr/lib/inferd/python_backend; \
     cp -P "$ORT_DIR"/lib/libonnxruntime.so.* /out/usr/local/lib/; \
     LD_LIBRARY_PATH="$ORT_DIR/lib" ldd build/inferd | awk '/=> \// {print $3}' | while read -r p; do \
       case "$p" in "$ORT_DIR"/*) continue;; esac; \
@@ -75,6 +76,7 @@ RUN set -eu; \
       pkg="$(dpkg -S "$p" 2>/dev/null || dpkg -S "$r" 2>/dev/null || dpkg -S "${r#/usr}")"; \
       echo "${pkg%%:*}"; \
     done | sort -u > /out/usr/share/inferd/runtime-packages; \
+    echo python3-numpy >> /out/usr/share/inferd/runtime-packages; \
     echo "runtime packages: $(tr '\n' ' ' < /out/usr/share/inferd/runtime-packages)"; \
     rm -rf build
 

@@ -16,7 +16,7 @@ APT_PACKAGES=(
   libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libarchive-dev libcurl4-openssl-dev
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools python3-prometheus-client
   libgtest-dev libgmock-dev
-  python3-numpy python3-onnx python3-requests python3-pytest
+  python3-numpy python3-onnx python3-requests python3-pytest python3-sentencepiece
   python3-torch python3-torchvision libtorch-dev
   wrk clang libclang-rt-14-dev
   chromium

@@ -26,8 +26,6 @@ B = np.full((1, 16), 3, dtype=np.int32)
 # The variables that have nothing to set in inferd: accepted and logged, never a failure, and
 # never passed on (inferd exits 2 on a flag it does not know).
 NO_EFFECT = {
-    "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": ("33554432", "Python backend"),
-    "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": ("2097152", "Python backend"),
     "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": ("true", "one repository"),
     "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": ("4", "buffer-manager"),
     "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": ("0.8", "CPU build"),
@@ -117,6 +115,17 @@ def test_default_model_name(serve):
            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME=c", "no folder")
     failed(serve(models=("a", "b")), "2 model folders", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME")
     failed(serve(models=()), "no model folder")
+
+
+def test_python_shm_sizes(serve):
+    # As SageMaker's Triton serve passes them: --backend-config=python,shm-*-byte-size.
+    r = serve({"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "33554432",
+               "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "2097152"})
+    assert r.rc == 0, r.log
+    assert "--backend-config=python,shm-default-byte-size=33554432" in r.argv
+    assert "--backend-config=python,shm-growth-byte-size=2097152" in r.argv
+    failed(serve({"SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "1MB"}),
+           "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", "1MB")
 
 
 def test_model_files_at_the_top_are_refused(serve, tmp_path):
