@@ -136,7 +136,6 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"vertex-ai-thread-count", Arg::kInt, "there is no Vertex AI endpoint"},
     {"vertex-ai-default-model", Arg::kString, "there is no Vertex AI endpoint"},
     {"allow-gpu-metrics", Arg::kBool, kNoGpu},
-    {"metrics-config", Arg::kString, "latency summaries and histograms are not implemented"},
     {"trace-config", Arg::kString, "tracing is not implemented"},
     {"trace-file", Arg::kString, "tracing is not implemented"},
     {"trace-level", Arg::kString, "tracing is not implemented"},
@@ -264,6 +263,11 @@ std::string Usage() {
   --metrics-port=<n>               (default 8002; 0 picks a free port)
   --metrics-address=<addr>         (default 0.0.0.0)
   --metrics-interval-ms=<n>        CPU/memory sampling interval (default 2000)
+  --metrics-config=<key>=<value>   latency metrics, repeatable: counter_latencies=<bool>
+                                   (default true), histogram_latencies=<bool>,
+                                   summary_latencies=<bool> (default false),
+                                   summary_quantiles=<q>:<err>,... (default
+                                   0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001)
   --allow-cpu-metrics=<bool>       serve the nv_cpu_* gauges (default true)
   --log-verbose=<n>                verbose logging level (default 0)
   --log-format=default|ISO8601
@@ -444,6 +448,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          cache_byte_size = *n;
          return absl::OkStatus();
        }},
+      {"metrics-config", [&](const std::string& v) { return metrics::ApplyMetricsConfigSetting(v, &f.server.latency_metrics); }},
   };
 
   for (size_t i = 0; i < args.size(); ++i) {

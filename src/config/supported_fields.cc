@@ -211,10 +211,9 @@ constexpr FieldRule kRules[] = {
     {"model_warmup.count", kYes, kModel},
 
     {"model_operations", kNo, kAny, false, "custom operator libraries are not loaded"},
-    // `model_transaction_policy { decoupled: false }` says what inferd does; only true is
-    // refused.
+    // Decoupled models answer 0..N times per request (core/response_sender.h) over gRPC
+    // ModelStreamInfer and HTTP generate/generate_stream; ensembles refuse them as steps.
     {"model_transaction_policy", kYes},
-    // Decoupled models: 0..N responses per request (core/response_sender.h).
     {"model_transaction_policy.decoupled", kYes},
     {"model_repository_agents", kNo, kAny, false,
      "repository agents (checksum, decryption, ...) are not run"},
@@ -222,8 +221,13 @@ constexpr FieldRule kRules[] = {
     // Used when the server has a cache (--cache-config local,size=N); without one the model
     // loads and runs uncached, as in tritonserver.
     {"response_cache.enable", kYes},
-    {"model_metrics", kNo, kAny, false,
-     "per-model metric settings (histogram buckets) are not implemented"},
+    // Bucket bounds of the first-response histogram (Model::Load checks the family name).
+    {"model_metrics", kYes},
+    {"model_metrics.metric_control", kYes},
+    {"model_metrics.metric_control.metric_identifier", kYes},
+    {"model_metrics.metric_control.metric_identifier.family", kYes},
+    {"model_metrics.metric_control.histogram_options", kYes},
+    {"model_metrics.metric_control.histogram_options.buckets", kYes},
 };
 
 struct RefusedValue {

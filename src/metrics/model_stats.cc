@@ -11,8 +11,25 @@ uint64_t WallMs() {
 }
 }  // namespace
 
+ModelStats::ModelStats(const LatencyMetricsConfig& config) : quantiles_(config.quantiles) {
+  if (config.histograms) {
+    first_response_ms_ = std::make_unique<LatencyHistogram>(config.first_response_buckets);
+  }
+  if (config.summaries) summaries_us_ = std::make_unique<LatencySummary[]>(kSummaryCount);
+}
+
 void ModelStats::RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns,
                                uint64_t infer_ns, uint64_t output_ns, uint64_t batch_size) {
+  // Whole units, as tritonserver observes them.
+  if (first_response_ms_) first_response_ms_->Observe(static_cast<double>(request_ns / 1'000'000));
+  if (summaries_us_) {
+    const uint64_t now = CoarseNowNs();
+    summaries_us_[0].Observe(request_ns / 1000, now);
+    summaries_us_[1].Observe(queue_ns / 1000, now);
+    summaries_us_[2].Observe(input_ns / 1000, now);
+    summaries_us_[3].Observe(infer_ns / 1000, now);
+    summaries_us_[4].Observe(output_ns / 1000, now);
+  }
   success_.Add(request_ns);
   queue_.Add(queue_ns);
   compute_input_.Add(input_ns);
@@ -68,6 +85,16 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
   for (int i = 0; i < kNumFailureReasons; ++i) s.fail_by_reason[i] = fail_by_reason_[i].load();
   inferd::MutexLock lock(&batch_mu_);
   s.batch_stats = batch_stats_;
+  return s;
+}
+
+LatencySnapshot ModelStats::Latencies() const {
+  LatencySnapshot s;
+  if (first_response_ms_) s.first_response_ms = first_response_ms_->Get();
+  if (summaries_us_) {
+    const uint64_t now = CoarseNowNs();
+    for (int i = 0; i < kSummaryCount; ++i) s.summaries_us.push_back(summaries_us_[i].Get(quantiles_, now));
+  }
   return s;
 }
 

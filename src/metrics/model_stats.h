@@ -6,9 +6,13 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
+#include "metrics/latency_metrics.h"
 
 namespace inferd::metrics {
 
@@ -42,8 +46,20 @@ struct ModelStatsSnapshot {
   uint64_t fail_by_reason[kNumFailureReasons] = {};
 };
 
+// The latency distributions `--metrics-config` turned on, at one instant.
+struct LatencySnapshot {
+  std::optional<LatencyHistogram::Snapshot> first_response_ms;
+  // request, queue, compute_input, compute_infer, compute_output (microseconds); empty when
+  // summaries are off.
+  std::vector<LatencySummary::Snapshot> summaries_us;
+};
+
 class ModelStats {
  public:
+  ModelStats() = default;
+  // With latency histograms and/or summaries, as `config` asks.
+  explicit ModelStats(const LatencyMetricsConfig& config);
+
   // One request finished successfully. Durations in ns.
   void RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns, uint64_t infer_ns,
                      uint64_t output_ns, uint64_t batch_size);
@@ -59,6 +75,8 @@ class ModelStats {
   void RecordCacheMiss(uint64_t lookup_and_insert_ns);
 
   ModelStatsSnapshot Snapshot() const;
+  // Quantiles are computed here, at scrape time.
+  LatencySnapshot Latencies() const;
 
  private:
   struct Counter {
@@ -78,6 +96,11 @@ class ModelStats {
   Counter cache_hit_, cache_miss_;
   mutable inferd::Mutex batch_mu_;
   std::map<uint64_t, BatchStats> batch_stats_ ABSL_GUARDED_BY(batch_mu_);
+  // Null unless turned on; set at construction only.
+  std::unique_ptr<LatencyHistogram> first_response_ms_;
+  std::unique_ptr<LatencySummary[]> summaries_us_;  // kSummaryCount
+  std::vector<std::pair<double, double>> quantiles_;
+  static constexpr int kSummaryCount = 5;
 };
 
 }  // namespace inferd::metrics

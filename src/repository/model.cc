@@ -13,6 +13,7 @@
 #include "scheduling/ensemble_scheduler.h"
 #include "scheduling/instance_pool_scheduler.h"
 #include "scheduling/sequence_batcher.h"
+#include "scheduling/sequence_batcher.h"
 
 namespace inferd::repository {
 namespace {
@@ -67,6 +68,30 @@ absl::Status BuildWarmupRequest(const config::ModelConfig& config, const std::st
   return absl::OkStatus();
 }
 
+// --metrics-config, with the histogram bounds a config's model_metrics sets (tritonserver's one
+// customizable family).
+absl::StatusOr<metrics::LatencyMetricsConfig> LatencyMetricsFor(const config::ModelConfig& config,
+                                                                const LoadOptions& options) {
+  metrics::LatencyMetricsConfig out = options.latency_metrics;
+  for (const auto& control : config.model_metrics().metric_control()) {
+    const std::string& family = control.metric_identifier().family();
+    if (family != "nv_inference_first_response_histogram_ms") {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model_metrics: metric family '", family,
+          "' has no options here (only nv_inference_first_response_histogram_ms does)"));
+    }
+    const auto& buckets = control.histogram_options().buckets();
+    for (int i = 1; i < buckets.size(); ++i) {
+      if (!(buckets[i] > buckets[i - 1])) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model_metrics: the buckets of '", family, "' must increase"));
+      }
+    }
+    out.first_response_buckets.assign(buckets.begin(), buckets.end());
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status RunWarmup(const config::ModelConfig& config, const std::string& model_dir,
@@ -100,10 +125,19 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   std::shared_ptr<Model> model(new Model());
   model->config_ = config;
   model->version_ = version;
-  model->stats_ = std::make_unique<metrics::ModelStats>();
+  auto latency_metrics = LatencyMetricsFor(config, options);
+  if (!latency_metrics.ok()) return latency_metrics.status();
+  model->stats_ = std::make_unique<metrics::ModelStats>(*latency_metrics);
 
   backends::ModelSpec spec;
   spec.config = &model->config_;
+  if (config.has_sequence_batching()) {
+    // The backend also binds the control inputs and the state tensors the scheduler supplies.
+    auto backend_config = scheduling::SequenceBackendConfig(config);
+    if (!backend_config.ok()) return backend_config.status();
+    model->backend_config_ = *std::move(backend_config);
+    spec.config = &model->backend_config_;
+  }
   if (config.has_sequence_batching()) {
     // The backend also binds the control inputs and the state tensors the scheduler supplies.
     auto backend_config = scheduling::SequenceBackendConfig(config);

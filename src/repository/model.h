@@ -20,6 +20,8 @@ namespace inferd::repository {
 struct LoadOptions {
   int cpu_cores = 1;
   size_t max_queue_size = 4096;
+  // --metrics-config: which latency histograms and summaries each model records.
+  metrics::LatencyMetricsConfig latency_metrics;
   // Where an ensemble sends its steps' requests (the server's inference entry point).
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
   // Whether a model is ready (the server's readiness), for backends that ask (Python's
@@ -50,6 +52,8 @@ class Model {
   size_t InFlight() const { return scheduler_->InFlight(); }
   // False while an instance cannot run (ModelInstance::Ready: a Python process restarting).
   bool InstancesReady() const;
+  // Requests waiting for an instance (nv_inference_pending_request_count).
+  size_t Queued() const { return scheduler_->Queued(); }
   // Labels of each output that names a label_filename (classification extension). Shared so
   // a completion callback can hold them without holding the model.
   using LabelMap = std::map<std::string, std::vector<std::string>>;

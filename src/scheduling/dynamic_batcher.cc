@@ -424,6 +424,11 @@ void DynamicBatcher::Shutdown() {
   workers_.clear();
 }
 
+size_t DynamicBatcher::Queued() const {
+  inferd::MutexLock lock(&mu_);
+  return QueuedLocked();
+}
+
 size_t DynamicBatcher::InFlight() const {
   inferd::MutexLock lock(&mu_);
   return QueuedLocked() + executing_;

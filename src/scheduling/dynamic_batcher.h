@@ -49,6 +49,7 @@ class DynamicBatcher : public Scheduler {
   void Enqueue(std::unique_ptr<core::InferRequest> request) override;
   void Shutdown() override;
   size_t InFlight() const override;
+  size_t Queued() const override;
 
  private:
   struct Pending {

@@ -205,6 +205,11 @@ void InstancePoolScheduler::Shutdown() {
   workers_.clear();
 }
 
+size_t InstancePoolScheduler::Queued() const {
+  inferd::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
 size_t InstancePoolScheduler::InFlight() const {
   inferd::MutexLock lock(&mu_);
   return queue_.size() + executing_;

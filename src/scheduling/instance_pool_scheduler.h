@@ -34,6 +34,7 @@ class InstancePoolScheduler : public Scheduler {
   void Enqueue(std::unique_ptr<core::InferRequest> request) override;
   void Shutdown() override;
   size_t InFlight() const override;
+  size_t Queued() const override;
 
  private:
   void WorkerLoop(backends::ModelInstance* instance);

@@ -23,6 +23,9 @@ class Scheduler {
 
   // Requests queued or executing.
   virtual size_t InFlight() const = 0;
+  // Requests not executing yet (tritonserver's pending count). A scheduler that cannot tell
+  // reports InFlight().
+  virtual size_t Queued() const { return InFlight(); }
 };
 
 }  // namespace inferd::scheduling

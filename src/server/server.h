@@ -52,6 +52,7 @@ struct ServerOptions {
   int64_t memory_budget_bytes = 0;                  // --model-memory-budget
   bool footprint_from_disk = false;                 // --model-memory-accounting=disk
   std::string eviction_policy = "cost";             // --model-eviction-policy
+  metrics::LatencyMetricsConfig latency_metrics;    // --metrics-config
   // --cache-config local,size=N (or --response-cache-byte-size): the response cache that
   // models with `response_cache { enable: true }` use. Size 0: no cache.
   uint64_t response_cache_bytes = 0;

@@ -302,7 +302,6 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
       {"batch_output.target_name", "batch_output"},
       {"model_repository_agents.agents.name", "model_repository_agents"},
       {"metric_tags", "metric_tags"},
-      {"model_metrics", "model_metrics"},
       {"model_operations.op_library_filename", "model_operations"},
       {"runtime", "runtime"},
       {"input.is_shape_tensor", "input.is_shape_tensor"},
