@@ -36,7 +36,9 @@ TEST(SessionSettingsTest, EveryKnobIsRead) {
       Config(Param("intra_op_thread_count", "3") + Param("inter_op_thread_count", "2") +
              Param("execution_mode", "1") + Param("enable_mem_arena", "0") +
              Param("enable_mem_pattern", "0") + Param("arena_extend_strategy", "1") +
-             Param("memory.enable_memory_arena_shrinkage", "true") +
+             Param("memory.enable_memory_arena_shrinkage", "cpu:0") +
+             Param("session.use_device_allocator_for_initializers", "1") +
+             Param("session.disable_prepacking", "1") +
              Param("gpu_mem_limit", "1000") + Param("cudnn_conv_algo_search", "1") +
              Param("do_copy_in_default_stream", "1") + "optimization { graph { level: 1 } }"),
       1, 8);
@@ -46,11 +48,17 @@ TEST(SessionSettingsTest, EveryKnobIsRead) {
   EXPECT_TRUE(s->parallel_execution);
   EXPECT_FALSE(s->mem_arena);
   EXPECT_FALSE(s->mem_pattern);
-  EXPECT_EQ(s->arena_extend_strategy, 1);
-  EXPECT_TRUE(s->arena_shrinkage);
+  EXPECT_EQ(s->arena_shrinkage, "cpu:0");
+  EXPECT_THAT(s->session_entries,
+              ::testing::ElementsAre(
+                  std::make_pair(std::string("session.disable_prepacking"), std::string("1")),
+                  std::make_pair(std::string("session.use_device_allocator_for_initializers"),
+                                 std::string("1"))));
   EXPECT_EQ(s->graph_level, GraphLevel::kExtended);
+  // arena_extend_strategy is the CUDA arena's in Triton.
   EXPECT_THAT(s->not_applying, ::testing::ElementsAre("gpu_mem_limit", "cudnn_conv_algo_search",
-                                                      "do_copy_in_default_stream"));
+                                                      "do_copy_in_default_stream",
+                                                      "arena_extend_strategy"));
   EXPECT_THAT(DescribeSettings(*s), HasSubstr("execution_mode=parallel"));
 }
 
@@ -58,6 +66,13 @@ TEST(SessionSettingsTest, GraphLevelMapping) {
   EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: -1 } }"), 1, 2)->graph_level,
             GraphLevel::kBasic);
   EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: 0 } }"), 1, 2)->graph_level,
+            GraphLevel::kAll);
+  EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: 1 } }"), 1, 2)->graph_level,
+            GraphLevel::kExtended);
+  // Triton: 2 disables every optimization; any other value enables all.
+  EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: 2 } }"), 1, 2)->graph_level,
+            GraphLevel::kDisableAll);
+  EXPECT_EQ(SettingsFromConfig(Config("optimization { graph { level: 3 } }"), 1, 2)->graph_level,
             GraphLevel::kAll);
 }
 
@@ -68,6 +83,12 @@ TEST(SessionSettingsTest, BadValuesAreErrors) {
               HasSubstr("execution_mode"));
   EXPECT_THAT(SettingsFromConfig(Config(Param("enable_mem_arena", "maybe")), 1, 2).status().message(),
               HasSubstr("enable_mem_arena"));
+  EXPECT_THAT(SettingsFromConfig(Config(Param("memory.enable_memory_arena_shrinkage", "true")), 1, 2)
+                  .status().message(),
+              HasSubstr("'<device>:<id>' entries"));
+  EXPECT_TRUE(SettingsFromConfig(Config(Param("memory.enable_memory_arena_shrinkage", "cpu:0;gpu:1")), 1, 2).ok());
+  EXPECT_THAT(SettingsFromConfig(Config(Param("arena_extend_strategy", "2")), 1, 2).status().message(),
+              HasSubstr("arena_extend_strategy"));
   EXPECT_THAT(SettingsFromConfig(Config("optimization { execution_accelerators { cpu_execution_accelerator [ { name: \"openvino\" } ] } }"), 1, 2)
                   .status().message(),
               HasSubstr("openvino"));

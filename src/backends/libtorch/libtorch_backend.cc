@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "common/logging.h"
 #include "common/strings.h"
 
@@ -60,21 +61,106 @@ int IndexSuffix(const std::string& name) {
   return v;
 }
 
-bool BoolParam(const config::ModelConfig& c, const char* key, bool fallback) {
+// Triton's ParseBoolValue: true/on/1 and false/off/0, any case; anything else is an error.
+absl::StatusOr<std::optional<bool>> BoolParam(const config::ModelConfig& c, const char* key) {
   auto v = config::GetParameter(c, key);
-  if (!v) return fallback;
+  if (!v) return std::optional<bool>();
   std::string s = *v;
   std::transform(s.begin(), s.end(), s.begin(), ::tolower);
-  return s == "true" || s == "1" || s == "on" || s == "yes";
+  if (s == "true" || s == "1" || s == "on") return std::optional<bool>(true);
+  if (s == "false" || s == "0" || s == "off") return std::optional<bool>(false);
+  return absl::InvalidArgumentError(StrCat("model '", c.name(), "': parameter '", key,
+                                           "' must be true/false, on/off or 1/0, got '", *v, "'"));
 }
 
-int IntParam(const config::ModelConfig& c, const char* key, int fallback) {
+absl::StatusOr<std::optional<int>> IntParam(const config::ModelConfig& c, const char* key) {
   auto v = config::GetParameter(c, key);
-  if (!v) return fallback;
-  try {
-    return std::stoi(*v);
-  } catch (...) {
-    return fallback;
+  if (!v) return std::optional<int>();
+  int parsed;
+  if (!absl::SimpleAtoi(*v, &parsed)) {
+    return absl::InvalidArgumentError(StrCat("model '", c.name(), "': parameter '", key,
+                                             "' must be an integer, got '", *v, "'"));
+  }
+  return std::optional<int>(parsed);
+}
+
+// A model's LibTorch settings, read once at load. LibTorch keeps them in globals (thread counts
+// per OpenMP thread, the JIT switches per process), so, as Triton's backend does, each
+// instance applies its model's values around every forward() instead of once at load, where
+// the last model loaded would set them for every model.
+struct TorchSettings {
+  int intra_op_threads = 1;               // INTRA_OP_THREAD_COUNT (default: the CPU budget)
+  std::optional<int> inter_op_threads;    // INTER_OP_THREAD_COUNT (process-wide, first wins)
+  bool optimized_execution = true;        // !DISABLE_OPTIMIZED_EXECUTION
+  bool inference_mode = true;             // INFERENCE_MODE
+  std::optional<bool> jit_executor;       // ENABLE_JIT_EXECUTOR: left alone unless set
+  std::optional<bool> jit_profiling;      // ENABLE_JIT_PROFILING: left alone unless set
+  std::optional<bool> tensor_fuser;       // ENABLE_TENSOR_FUSER: left alone unless set
+  bool weight_sharing = false;            // ENABLE_WEIGHT_SHARING
+};
+
+absl::StatusOr<TorchSettings> ReadSettings(const config::ModelConfig& c, int default_threads) {
+  TorchSettings s;
+  auto intra = IntParam(c, "INTRA_OP_THREAD_COUNT");
+  if (!intra.ok()) return intra.status();
+  s.intra_op_threads = intra->value_or(0) > 0 ? **intra : default_threads;
+  auto inter = IntParam(c, "INTER_OP_THREAD_COUNT");
+  if (!inter.ok()) return inter.status();
+  if (inter->value_or(0) > 0) s.inter_op_threads = **inter;
+  struct {
+    const char* key;
+    std::optional<bool>* out;
+  } optional_bools[] = {{"ENABLE_JIT_EXECUTOR", &s.jit_executor},
+                        {"ENABLE_JIT_PROFILING", &s.jit_profiling},
+                        {"ENABLE_TENSOR_FUSER", &s.tensor_fuser}};
+  for (const auto& b : optional_bools) {
+    auto v = BoolParam(c, b.key);
+    if (!v.ok()) return v.status();
+    *b.out = *v;
+  }
+  struct {
+    const char* key;
+    bool* out;
+    bool negate;
+  } bools[] = {{"DISABLE_OPTIMIZED_EXECUTION", &s.optimized_execution, true},
+               {"INFERENCE_MODE", &s.inference_mode, false},
+               {"ENABLE_WEIGHT_SHARING", &s.weight_sharing, false},
+               {"ENABLE_CACHE_CLEANING", nullptr, false},
+               {"DISABLE_CUDNN", nullptr, false}};
+  for (const auto& b : bools) {
+    auto v = BoolParam(c, b.key);
+    if (!v.ok()) return v.status();
+    if (*v && b.out != nullptr) *b.out = b.negate ? !**v : **v;
+  }
+  return s;
+}
+
+std::string DescribeSettings(const TorchSettings& s) {
+  auto opt = [](const std::optional<bool>& v) { return v ? (*v ? "1" : "0") : "unchanged"; };
+  return StrCat("INTRA_OP_THREAD_COUNT=", s.intra_op_threads, " INTER_OP_THREAD_COUNT=",
+                s.inter_op_threads ? std::to_string(*s.inter_op_threads) : "default",
+                " DISABLE_OPTIMIZED_EXECUTION=", !s.optimized_execution,
+                " INFERENCE_MODE=", s.inference_mode, " ENABLE_JIT_EXECUTOR=", opt(s.jit_executor),
+                " ENABLE_JIT_PROFILING=", opt(s.jit_profiling),
+                " ENABLE_TENSOR_FUSER=", opt(s.tensor_fuser),
+                " ENABLE_WEIGHT_SHARING=", s.weight_sharing);
+}
+
+// The process-wide JIT switches a model sets explicitly, written only when they change. The
+// fuser switch is a plain bool inside LibTorch: the writes are serialized here.
+void ApplyJitSwitches(const TorchSettings& s) {
+  if (s.jit_profiling && torch::jit::getProfilingMode().load() != *s.jit_profiling) {
+    torch::jit::getProfilingMode() = *s.jit_profiling;
+  }
+  if (s.jit_executor && torch::jit::getExecutorMode().load() != *s.jit_executor) {
+    torch::jit::getExecutorMode() = *s.jit_executor;
+  }
+  if (s.tensor_fuser) {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    if (torch::jit::tensorExprFuserEnabled() != *s.tensor_fuser) {
+      torch::jit::setTensorExprFuserEnabled(*s.tensor_fuser);
+    }
   }
 }
 
@@ -89,27 +175,32 @@ struct OutputPlan {
   std::vector<int> index;          // position in a tuple/list output (-1: by dict key or single)
 };
 
+// One loaded module; instances of a model with ENABLE_WEIGHT_SHARING share it and run
+// forward() on it concurrently (TorchScript methods are reentrant), as Triton's do.
 struct SharedModule {
   torch::jit::Module module;
-  std::mutex mu;  // weight-shared instances run one at a time on the same module
 };
 
 class TorchInstance : public ModelInstance {
  public:
   TorchInstance(const config::ModelConfig* config, std::shared_ptr<SharedModule> module,
-                InputPlan inputs, OutputPlan outputs, bool inference_mode, bool shared, int threads)
+                InputPlan inputs, OutputPlan outputs, TorchSettings settings)
       : config_(config), module_(std::move(module)), inputs_(std::move(inputs)),
-        outputs_(std::move(outputs)), inference_mode_(inference_mode), shared_(shared),
-        threads_(threads) {}
+        outputs_(std::move(outputs)), settings_(std::move(settings)) {}
 
-  int ThreadCount() const override { return threads_; }
+  int ThreadCount() const override { return settings_.intra_op_threads; }
 
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     absl::Status status;
     try {
-      std::unique_lock<std::mutex> lock(module_->mu, std::defer_lock);
-      if (shared_) lock.lock();
+      // This model's settings, on this instance's thread, for this execution only. The
+      // OpenMP thread count is per calling thread, the optimizer switch thread-local.
+      if (at::get_num_threads() != settings_.intra_op_threads) {
+        at::set_num_threads(settings_.intra_op_threads);
+      }
+      torch::jit::GraphOptimizerEnabledGuard optimize(settings_.optimized_execution);
+      ApplyJitSwitches(settings_);
       status = Run(requests, responses, times);
     } catch (const c10::Error& e) {
       status = absl::InternalError(StrCat("pytorch: forward() of model '", config_->name(),
@@ -176,11 +267,10 @@ class TorchInstance : public ModelInstance {
     }
     times->input_end_ns = core::NowNs();
     torch::jit::IValue result;
-    if (inference_mode_) {
-      c10::InferenceMode guard;
-      result = module_->module.forward(args);
-    } else {
-      torch::NoGradGuard guard;
+    {
+      // INFERENCE_MODE supersedes no-grad; with it off, forward() still records no gradients.
+      c10::InferenceMode inference(settings_.inference_mode);
+      torch::NoGradGuard no_grad;
       result = module_->module.forward(args);
     }
     times->output_start_ns = core::NowNs();
@@ -280,9 +370,7 @@ class TorchInstance : public ModelInstance {
   std::shared_ptr<SharedModule> module_;
   InputPlan inputs_;
   OutputPlan outputs_;
-  bool inference_mode_;
-  bool shared_;
-  int threads_;
+  const TorchSettings settings_;
 };
 
 // The `parameters` keys CreateInstance reads (ENABLE_CACHE_CLEANING and DISABLE_CUDNN to say
@@ -309,45 +397,32 @@ class LibTorchBackend : public Backend {
                                                  ", which the pytorch backend does not support"));
       }
     }
-    // Settings that are process-wide in LibTorch are applied once per load.
-    const int threads = IntParam(cfg, "INTRA_OP_THREAD_COUNT",
-                                 std::max(1, spec.cpu_cores / std::max(1, spec.total_instances)));
-    const bool weight_sharing = BoolParam(cfg, "ENABLE_WEIGHT_SHARING", false);
+    auto settings =
+        ReadSettings(cfg, std::max(1, spec.cpu_cores / std::max(1, spec.total_instances)));
+    if (!settings.ok()) return settings.status();
+    const bool weight_sharing = settings->weight_sharing;
+    if (settings->inter_op_threads) {
+      // The inter-op pool (torch.jit.fork) is one per process and can be sized only before
+      // its first use: as in Triton, the first model that sets it decides.
+      const int inter = *settings->inter_op_threads;
+      static std::once_flag once;
+      std::call_once(once, [inter] {
+        try {
+          at::set_num_interop_threads(inter);
+        } catch (const c10::Error&) {
+        }
+      });
+    }
     if (index == 0) {
-      at::set_num_threads(threads);
-      const int inter = IntParam(cfg, "INTER_OP_THREAD_COUNT", 0);
-      if (inter > 0) {
-        static std::once_flag once;
-        std::call_once(once, [inter] {
-          try {
-            at::set_num_interop_threads(inter);
-          } catch (const c10::Error&) {
-            // Can only be set before the first inter-op work; later loads keep the first value.
-          }
-        });
-      }
-      if (config::GetParameter(cfg, "DISABLE_OPTIMIZED_EXECUTION")) {
-        torch::jit::setGraphExecutorOptimize(!BoolParam(cfg, "DISABLE_OPTIMIZED_EXECUTION", false));
-      }
-      if (config::GetParameter(cfg, "ENABLE_JIT_EXECUTOR")) {
-        torch::jit::getExecutorMode() = BoolParam(cfg, "ENABLE_JIT_EXECUTOR", true);
-      }
-      if (config::GetParameter(cfg, "ENABLE_JIT_PROFILING")) {
-        torch::jit::getProfilingMode() = BoolParam(cfg, "ENABLE_JIT_PROFILING", true);
-      }
-      if (config::GetParameter(cfg, "ENABLE_TENSOR_FUSER")) {
-        torch::jit::setTensorExprFuserEnabled(BoolParam(cfg, "ENABLE_TENSOR_FUSER", true));
-      }
       for (const char* key : {"ENABLE_CACHE_CLEANING", "DISABLE_CUDNN"}) {
         if (config::GetParameter(cfg, key)) {
           LOG_INFO << "pytorch: model '" << cfg.name() << "': parameter " << key
                    << " does not apply on CPU; ignored";
         }
       }
-      LOG_INFO << "pytorch: model '" << cfg.name() << "' on LibTorch " << TORCH_VERSION
-               << ": INTRA_OP_THREAD_COUNT=" << threads
-               << " INFERENCE_MODE=" << BoolParam(cfg, "INFERENCE_MODE", true)
-               << " ENABLE_WEIGHT_SHARING=" << weight_sharing;
+      LOG_INFO << "pytorch: model '" << cfg.name() << "' on LibTorch " << TORCH_VERSION << ": "
+               << DescribeSettings(*settings) << " (inter-op pool: "
+               << at::get_num_interop_threads() << " threads)";
     }
     std::shared_ptr<SharedModule> module;
     {
@@ -358,6 +433,7 @@ class LibTorchBackend : public Backend {
     if (!module) {
       module = std::make_shared<SharedModule>();
       try {
+        c10::InferenceMode inference(settings->inference_mode);  // Triton loads under it too
         module->module = torch::jit::load(spec.model_path, torch::kCPU);
         module->module.eval();
       } catch (const c10::Error& e) {
@@ -380,7 +456,7 @@ class LibTorchBackend : public Backend {
     }
     return std::unique_ptr<ModelInstance>(new TorchInstance(
         spec.config, std::move(module), *std::move(inputs), std::move(outputs),
-        BoolParam(cfg, "INFERENCE_MODE", true), weight_sharing, threads));
+        *std::move(settings)));
   }
 
  private:

@@ -81,24 +81,25 @@ absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* option
   options->SetExecutionMode(s.parallel_execution ? ORT_PARALLEL : ORT_SEQUENTIAL);
   if (!s.mem_arena) options->DisableCpuMemArena();
   if (!s.mem_pattern) options->DisableMemPattern();
-  options->AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning,
-                          s.allow_spinning ? "1" : "0");
-  options->AddConfigEntry(kOrtSessionOptionsConfigAllowInterOpSpinning,
-                          s.allow_spinning ? "1" : "0");
-  options->SetGraphOptimizationLevel(s.graph_level == ort::GraphLevel::kBasic ? ORT_ENABLE_BASIC
-                                     : s.graph_level == ort::GraphLevel::kExtended
-                                         ? ORT_ENABLE_EXTENDED
-                                         : ORT_ENABLE_ALL);
-  if (s.mem_arena && s.arena_extend_strategy == 1) {
-    // A CPU arena that grows by exactly what is asked is set on the environment; sessions
-    // opt into it. Registered once per process.
-    static std::once_flag once;
-    std::call_once(once, [] {
-      Ort::MemoryInfo info = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-      Ort::ArenaCfg cfg(0, /*arena_extend_strategy=*/1, -1, -1);
-      GlobalEnv().CreateAndRegisterAllocator(info, cfg);
-    });
-    options->AddConfigEntry(kOrtSessionOptionsConfigUseEnvAllocators, "1");
+  // allow_spinning (inferd's) sets both pools' spinning unless a session.* key sets it.
+  auto has_entry = [&s](std::string_view key) {
+    return std::any_of(s.session_entries.begin(), s.session_entries.end(),
+                       [key](const auto& e) { return e.first == key; });
+  };
+  for (const char* key :
+       {kOrtSessionOptionsConfigAllowIntraOpSpinning, kOrtSessionOptionsConfigAllowInterOpSpinning}) {
+    if (!has_entry(key)) options->AddConfigEntry(key, s.allow_spinning ? "1" : "0");
+  }
+  for (const auto& entry : s.session_entries) {
+    options->AddConfigEntry(entry.first.c_str(), entry.second.c_str());
+  }
+  options->SetGraphOptimizationLevel(
+      s.graph_level == ort::GraphLevel::kBasic        ? ORT_ENABLE_BASIC
+      : s.graph_level == ort::GraphLevel::kExtended   ? ORT_ENABLE_EXTENDED
+      : s.graph_level == ort::GraphLevel::kDisableAll ? ORT_DISABLE_ALL
+                                                      : ORT_ENABLE_ALL);
+  if (!s.optimized_model_filepath.empty()) {
+    options->SetOptimizedModelFilePath(s.optimized_model_filepath.c_str());
   }
   return absl::OkStatus();
 }
@@ -108,8 +109,9 @@ class OrtInstance : public ModelInstance {
   OrtInstance(const config::ModelConfig* config, std::shared_ptr<Ort::Session> session,
               SessionSettings settings)
       : config_(config), session_(std::move(session)), settings_(std::move(settings)) {
-    if (settings_.arena_shrinkage) {
-      run_options_.AddConfigEntry(kOrtRunOptionsConfigEnableMemoryArenaShrinkage, "cpu:0");
+    if (!settings_.arena_shrinkage.empty()) {
+      run_options_.AddConfigEntry(kOrtRunOptionsConfigEnableMemoryArenaShrinkage,
+                                  settings_.arena_shrinkage.c_str());
     }
     for (const auto& out : config_->output()) output_names_.push_back(out.name());
   }
@@ -357,7 +359,8 @@ void CompleteTensorDims(const std::vector<int64_t>& model_shape, bool batching,
 constexpr std::string_view kParameters[] = {
     "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
     "enable_mem_pattern", "arena_extend_strategy", "memory.enable_memory_arena_shrinkage",
-    "allow_spinning", "gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream"};
+    "allow_spinning", "gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream",
+    "session.*", "optimized_model_filepath"};
 constexpr ConfigSupport kConfigSupport = {
     .parameters = kParameters, .input_reshape = true, .output_reshape = true};
 

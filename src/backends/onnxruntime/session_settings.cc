@@ -57,16 +57,44 @@ absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& co
   auto pattern = BoolParameter(config, "enable_mem_pattern", true);
   if (!pattern.ok()) return pattern.status();
   s.mem_pattern = *pattern;
+  // Triton gives arena_extend_strategy to the CUDA execution provider's arena only; the
+  // value is checked as Triton checks it and reported as not applying on a CPU server.
   auto strategy = IntParameter(config, "arena_extend_strategy", 0);
   if (!strategy.ok()) return strategy.status();
   if (*strategy != 0 && *strategy != 1) {
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", config.name(), "': parameter 'arena_extend_strategy' must be 0 (next power of two) or 1 (same as requested), got ", *strategy));
   }
-  s.arena_extend_strategy = *strategy;
-  auto shrink = BoolParameter(config, "memory.enable_memory_arena_shrinkage", false);
-  if (!shrink.ok()) return shrink.status();
-  s.arena_shrinkage = *shrink;
+  if (auto shrink = config::GetParameter(config, "memory.enable_memory_arena_shrinkage")) {
+    // ONNX Runtime's syntax: "<device>:<id>" entries separated by ';' (cpu:0, gpu:0).
+    std::string_view rest = *shrink;
+    while (true) {
+      const size_t semi = rest.find(';');
+      const std::string_view entry = rest.substr(0, semi);
+      const size_t colon = entry.find(':');
+      const std::string_view device = entry.substr(0, colon);
+      const std::string_view id = colon == std::string_view::npos ? "" : entry.substr(colon + 1);
+      int parsed;
+      if ((device != "cpu" && device != "gpu") ||
+          !absl::SimpleAtoi(absl::string_view(id.data(), id.size()), &parsed) || parsed < 0) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", config.name(), "': parameter 'memory.enable_memory_arena_shrinkage' takes "
+            "'<device>:<id>' entries separated by ';' (e.g. \"cpu:0\"), got '", *shrink, "'"));
+      }
+      if (semi == std::string_view::npos) break;
+      rest = rest.substr(semi + 1);
+    }
+    s.arena_shrinkage = *shrink;
+  }
+  for (const auto& entry : config.parameters()) {
+    if (entry.first.rfind("session.", 0) == 0) {
+      s.session_entries.emplace_back(entry.first, entry.second.string_value());
+    }
+  }
+  std::sort(s.session_entries.begin(), s.session_entries.end());
+  if (auto path = config::GetParameter(config, "optimized_model_filepath")) {
+    s.optimized_model_filepath = *path;
+  }
   // Spinning threads steal the cores the HTTP and scheduler threads need whenever the
   // instances' threads already fill the machine.
   auto spin = BoolParameter(config, "allow_spinning",
@@ -74,13 +102,15 @@ absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& co
   if (!spin.ok()) return spin.status();
   s.allow_spinning = *spin;
 
-  // Triton's mapping: -1 basic, 1 extended, anything else (default 0) all.
+  // Triton's mapping: -1 basic, 1 extended, 2 disable all, anything else (default 0) all.
   const int level = config.optimization().graph().level();
-  s.graph_level = level == -1 ? GraphLevel::kBasic
+  s.graph_level = level == -1  ? GraphLevel::kBasic
                   : level == 1 ? GraphLevel::kExtended
+                  : level == 2 ? GraphLevel::kDisableAll
                                : GraphLevel::kAll;
 
-  for (const char* key : {"gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream"}) {
+  for (const char* key : {"gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream",
+                          "arena_extend_strategy"}) {
     if (config::GetParameter(config, key)) s.not_applying.push_back(key);
   }
   for (const auto& acc : config.optimization().execution_accelerators().gpu_execution_accelerator()) {
@@ -94,17 +124,29 @@ absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& co
   return s;
 }
 
+namespace {
+std::string SessionEntries(const SessionSettings& s) {
+  std::string out;
+  for (const auto& [key, value] : s.session_entries) out += inferd::StrCat(" ", key, "=", value);
+  return out;
+}
+}  // namespace
+
 std::string DescribeSettings(const SessionSettings& s) {
   return inferd::StrCat(
       "intra_op_thread_count=", s.intra_op_threads, " inter_op_thread_count=", s.inter_op_threads,
       " execution_mode=", s.parallel_execution ? "parallel" : "sequential",
       " enable_mem_arena=", s.mem_arena, " enable_mem_pattern=", s.mem_pattern,
-      " arena_extend_strategy=", s.arena_extend_strategy,
-      " memory.enable_memory_arena_shrinkage=", s.arena_shrinkage,
+      " memory.enable_memory_arena_shrinkage=",
+      s.arena_shrinkage.empty() ? std::string("off") : s.arena_shrinkage,
       " allow_spinning=", s.allow_spinning, " graph_optimization=",
-      s.graph_level == GraphLevel::kBasic      ? "basic"
-      : s.graph_level == GraphLevel::kExtended ? "extended"
-                                               : "all",
+      s.graph_level == GraphLevel::kBasic        ? "basic"
+      : s.graph_level == GraphLevel::kExtended   ? "extended"
+      : s.graph_level == GraphLevel::kDisableAll ? "disable_all"
+                                                 : "all",
+      SessionEntries(s),
+      s.optimized_model_filepath.empty() ? "" : " optimized_model_filepath=",
+      s.optimized_model_filepath,
       s.not_applying.empty() ? "" : " not_applying_without_gpu=",
       inferd::StrJoin(s.not_applying, ","));
 }

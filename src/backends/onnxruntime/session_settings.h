@@ -12,7 +12,8 @@
 
 namespace inferd::backends::ort {
 
-enum class GraphLevel { kBasic, kExtended, kAll };
+// Triton's optimization.graph.level: -1 basic, 1 extended, 2 none, anything else all.
+enum class GraphLevel { kBasic, kExtended, kDisableAll, kAll };
 
 struct SessionSettings {
   int intra_op_threads = 1;
@@ -20,11 +21,19 @@ struct SessionSettings {
   bool parallel_execution = false;        // execution_mode 1
   bool mem_arena = true;                  // enable_mem_arena
   bool mem_pattern = true;                // enable_mem_pattern
-  int arena_extend_strategy = 0;          // 0 next power of two, 1 same as requested
-  bool arena_shrinkage = false;           // memory.enable_memory_arena_shrinkage
-  bool allow_spinning = true;             // session.intra_op.allow_spinning
+  // memory.enable_memory_arena_shrinkage, passed as Triton passes it: the run option's
+  // string ("cpu:0"), empty when not set.
+  std::string arena_shrinkage;
+  bool allow_spinning = true;             // session.{intra,inter}_op.allow_spinning
   GraphLevel graph_level = GraphLevel::kAll;
-  // Knobs that only mean something to a GPU execution provider, accepted and reported.
+  // Every `session.*` parameter (session.use_device_allocator_for_initializers among them),
+  // added to the session options as a config entry, key and value unchanged, in key order.
+  std::vector<std::pair<std::string, std::string>> session_entries;
+  // optimized_model_filepath (inferd's, not Triton's): ONNX Runtime writes the graph it
+  // optimized to this path when the session is created.
+  std::string optimized_model_filepath;
+  // Knobs that only mean something to a GPU execution provider (arena_extend_strategy is the
+  // CUDA arena's in Triton), accepted, checked and reported.
   std::vector<std::string> not_applying;
 };
 
