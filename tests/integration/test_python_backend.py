@@ -172,7 +172,7 @@ max_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 3 ] },
          { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 300000 }
+dynamic_batching { max_queue_delay_microseconds: 1000000 }
 """, '''
 import time
 import numpy as np
@@ -470,7 +470,7 @@ import os, time
 class TritonPythonModel:
     def initialize(self, args):
         start = time.time()
-        time.sleep(1.0)
+        time.sleep(2.0)
         path = os.path.join(args["model_repository"], args["model_instance_name"] + ".span")
         with open(path, "w") as f:
             f.write(f"{start} {time.time()}")
@@ -482,3 +482,69 @@ class TritonPythonModel:
     spans = [tuple(map(float, p.read_text().split())) for p in (tmp_path / "slow_init").glob("*.span")]
     assert len(spans) == 3
     assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+
+
+DECOUPLED_PY = '''
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.threads = []
+
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            if values.size and values[0] < 0:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "negative input", pb_utils.TritonError.INVALID_ARG)),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            # As Triton's decoupled examples: a thread answers after execute() returned.
+            def respond(values=values, sender=sender):
+                for i, v in enumerate(values):
+                    sender.send(pb_utils.InferenceResponse([
+                        pb_utils.Tensor("OUT", np.array([v * 2], dtype=np.int32)),
+                        pb_utils.Tensor("IDX", np.array([i], dtype=np.int32))]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            t = threading.Thread(target=respond)
+            t.start()
+            self.threads.append(t)
+        return None
+'''
+
+
+def test_decoupled_response_sender(tmp_path, server_factory):
+    import json as _json
+    import requests as _requests
+    write_model(tmp_path, "py_repeat", """name: "py_repeat"
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", DECOUPLED_PY)
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "py_repeat"), 30, "ready")
+
+    def stream(values):
+        with _requests.post(srv.url + "/v2/models/py_repeat/generate_stream",
+                            json={"IN": values}, stream=True, timeout=30) as r:
+            body = b"".join(r.iter_content(chunk_size=None))
+            return r.status_code, [_json.loads(line[6:]) for line in body.split(b"\n")
+                                   if line.startswith(b"data: ")]
+
+    status, events = stream([3, 5, 7])
+    assert status == 200
+    assert [e["OUT"] for e in events] == [6, 10, 14]
+    assert [e["IDX"] for e in events] == [0, 1, 2]
+    status, events = stream([-1])
+    # An error before any response: a plain JSON error with the TritonError's status.
+    r = srv.post("/v2/models/py_repeat/generate_stream", json={"IN": [-1]})
+    assert r.status_code == 400 and "negative input" in r.json()["error"], r.text
+    # The plain /infer route refuses a decoupled model, as Triton does.
+    r = infer(srv, "py_repeat", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
+    assert r.status_code >= 400
+    status, events = stream([1, 2])
+    assert [e["OUT"] for e in events] == [2, 4]

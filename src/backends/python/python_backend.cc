@@ -558,6 +558,10 @@ class PythonInstance : public ModelInstance {
       w.StartObject();
       Key(w, "op");
       Str(w, "execute");
+      if (config_.model_transaction_policy().decoupled()) {
+        Key(w, "decoupled");
+        w.Bool(true);
+      }
       Key(w, "requests");
       uint64_t total = 0;
       for (const auto* r : requests) {
@@ -644,6 +648,9 @@ class PythonInstance : public ModelInstance {
           pending.erase(it);
           RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
         }
+      } else if (op == "send") {
+        RETURN_IF_ERROR(HandleSend(stub, doc, requests));
+        RETURN_IF_ERROR(stub->Send(R"({"op":"ok"})"));
       } else if (op == "done") {
         times->output_start_ns = core::NowNs();
         return CollectResponses(stub, doc, requests, responses);
@@ -661,6 +668,36 @@ class PythonInstance : public ModelInstance {
     }
   }
 
+  // A response of a decoupled model (get_response_sender().send), during or after execute().
+  absl::Status HandleSend(StubProcess* stub, const rapidjson::Document& doc,
+                          std::span<core::InferRequest* const> requests) {
+    const int64_t index = GetInt(doc, "request", -1);
+    if (index < 0 || static_cast<size_t>(index) >= requests.size()) {
+      return absl::InternalError("a response for a request that is not in this execute");
+    }
+    const core::InferRequest& req = *requests[static_cast<size_t>(index)];
+    if (req.response_sender == nullptr) return absl::OkStatus();  // not decoupled here
+    const bool final = doc.HasMember("final") && doc["final"].IsBool() && doc["final"].GetBool();
+    std::unique_ptr<core::InferResponse> response;
+    if (doc.HasMember("error")) {
+      response = req.response_sender->MakeResponse();
+      response->status =
+          StatusFromTritonCode(GetInt(doc, "code", 1), std::string(GetString(doc, "error")));
+    } else if (doc.HasMember("outputs")) {
+      response = req.response_sender->MakeResponse();
+      auto tensors = ReadTensors(stub, doc["outputs"]);
+      if (!tensors.ok()) return tensors.status();
+      for (auto& t : *tensors) {
+        if (IsOutputRequested(req, t.name)) response->outputs.push_back(std::move(t));
+      }
+    }
+    absl::Status st = req.response_sender->Send(std::move(response), final);
+    if (!st.ok()) {
+      LOG_WARNING << label_ << ": a response could not be sent: " << st.message();
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status CollectResponses(StubProcess* stub, const rapidjson::Document& doc,
                                 std::span<core::InferRequest* const> requests,
                                 std::span<core::InferResponse* const> responses) {
@@ -672,6 +709,7 @@ class PythonInstance : public ModelInstance {
       }
       return absl::OkStatus();
     }
+    if (config_.model_transaction_policy().decoupled()) return absl::OkStatus();
     auto list = doc.FindMember("responses");
     if (list == doc.MemberEnd() || !list->value.IsArray() ||
         list->value.Size() != responses.size()) {
@@ -805,6 +843,7 @@ class PythonBackend : public Backend {
 
   std::string_view name() const override { return "python"; }
   bool CreatesInstancesConcurrently() const override { return true; }
+  bool SupportsDecoupled() const override { return true; }
 
   absl::StatusOr<std::vector<std::string>> Configure(
       const std::map<std::string, std::string>& settings) override {
@@ -882,11 +921,6 @@ class PythonBackend : public Backend {
     static constexpr ConfigSupport kSupport{kParameters};
     RETURN_IF_ERROR(CheckConfigSupport(*spec.config, name(), kSupport));
     const config::ModelConfig& cfg = *spec.config;
-    if (cfg.model_transaction_policy().decoupled()) {
-      return absl::UnimplementedError(inferd::StrCat(
-          "model '", cfg.name(), "': decoupled Python models (get_response_sender) are not "
-          "supported by inferd's python backend yet"));
-    }
     if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS");
         force && *force != "yes" && *force != "no") {
       return absl::InvalidArgumentError(inferd::StrCat(

@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import traceback
 
 import numpy as np
@@ -129,6 +130,9 @@ class Channel:
     def __init__(self, sock, shm):
         self.sock = sock
         self.shm = shm
+        # A decoupled model's threads send responses while execute() may still make calls:
+        # each exchange with inferd (message, reply) holds the lock.
+        self.lock = threading.RLock()
 
     def send(self, obj):
         data = json.dumps(obj, separators=(",", ":")).encode()
@@ -151,19 +155,35 @@ class Channel:
 
     # -- calls a model makes -------------------------------------------------------------------
     def log(self, level, message):
-        self.send({"op": "log", "level": level, "message": message})
+        with self.lock:
+            self.send({"op": "log", "level": level, "message": message})
 
     def is_model_ready(self, name, version):
-        self.send({"op": "is_model_ready", "name": name, "version": version})
-        return bool(self.recv().get("ready"))
+        with self.lock:
+            self.send({"op": "is_model_ready", "name": name, "version": version})
+            return bool(self.recv().get("ready"))
+
+    def send_response(self, index, response, final):
+        with self.lock:
+            msg = {"op": "send", "request": index, "final": final}
+            if response is not None:
+                err = response.error()
+                if err is not None:
+                    msg["error"] = err.message() if hasattr(err, "message") else str(err)
+                    msg["code"] = err.code() if hasattr(err, "code") else 1
+                else:
+                    msg["outputs"] = self.shm.write(response.output_tensors())
+            self.send(msg)
+            self.recv()
 
     def _bls(self, request, wait):
-        descs = self.shm.write(request.inputs())
-        self.send({"op": "bls", "wait": wait, "model_name": request.model_name(),
-                   "model_version": request._model_version, "id": request.request_id(),
-                   "inputs": descs, "outputs": request.requested_output_names(),
-                   "timeout": request.timeout()})
-        return self.recv()
+        with self.lock:
+            descs = self.shm.write(request.inputs())
+            self.send({"op": "bls", "wait": wait, "model_name": request.model_name(),
+                       "model_version": request._model_version, "id": request.request_id(),
+                       "inputs": descs, "outputs": request.requested_output_names(),
+                       "timeout": request.timeout()})
+            return self.recv()
 
     def _response(self, reply):
         if reply.get("error") is not None:
@@ -172,7 +192,8 @@ class Channel:
             [pb.Tensor(d["name"], self.shm.read(d)) for d in reply.get("outputs", [])])
 
     def bls_exec(self, request):
-        return self._response(self._bls(request, True))
+        with self.lock:
+            return self._response(self._bls(request, True))
 
     def bls_submit(self, request):
         reply = self._bls(request, False)
@@ -181,8 +202,36 @@ class Channel:
         return BlsFuture(self, reply["call"], None)
 
     def bls_wait(self, call_id):
-        self.send({"op": "bls_wait", "call": call_id})
-        return self._response(self.recv())
+        with self.lock:
+            self.send({"op": "bls_wait", "call": call_id})
+            return self._response(self.recv())
+
+
+class ResponseSender:
+    """get_response_sender() of a decoupled model: any number of responses, then the final flag."""
+
+    def __init__(self, channel, index, done):
+        self._channel, self._index, self._done = channel, index, done
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        if self._closed:
+            raise pb.TritonModelException(
+                "Unable to send response. Response sender has been closed.")
+        final = bool(flags & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise pb.TritonModelException(
+                "Inference Response object is None and the flags is not final.")
+        if response is not None and not isinstance(response, pb.InferenceResponse):
+            raise pb.TritonModelException("send() takes a pb_utils.InferenceResponse")
+        self._channel.send_response(self._index, response, final)
+        if final:
+            self._closed = True
+            with self._done:
+                self._done.notify_all()
+
+    def is_cancelled(self):
+        return False
 
 
 def _error_message(e):
@@ -246,6 +295,31 @@ class Stub:
             asyncio.set_event_loop(self.loop)
         return self.loop.run_until_complete(coro)
 
+    def execute_decoupled(self, msg, requests):
+        done = threading.Condition()
+        senders = []
+        for i, r in enumerate(requests):
+            r._sender = ResponseSender(self.channel, i, done)
+            senders.append(r._sender)
+        try:
+            result = self.model.execute(requests)
+            if inspect.iscoroutine(result):
+                result = self._run(result)
+        except Exception as e:
+            return {"op": "done", "error": _error_message(e)}
+        if result is not None:
+            return {"op": "done", "error": "a decoupled model's execute() must return None"}
+        # Responses may come from the model's own threads after execute() returned: the turn
+        # stays with this process until every request got its final flag (or no thread is left
+        # that could send it).
+        main = threading.current_thread()
+        with done:
+            while not all(s._closed for s in senders):
+                if not any(t is not main and t.is_alive() for t in threading.enumerate()):
+                    break
+                done.wait(0.05)
+        return {"op": "done", "responses": []}
+
     def execute(self, msg):
         read = self.channel.shm.read
         wrap = pb.Tensor._wrap
@@ -253,6 +327,8 @@ class Stub:
         requests = [pb.InferenceRequest(
             r.get("id", ""), 0, [wrap(d["name"], read(d), d["datatype"]) for d in r["inputs"]],
             r["outputs"], name, version, 0, r.get("timeout", 0)) for r in msg["requests"]]
+        if msg.get("decoupled"):
+            return self.execute_decoupled(msg, requests)
         try:
             result = self.model.execute(requests)
             if result.__class__ is not list and inspect.iscoroutine(result):
@@ -336,7 +412,8 @@ def main():
             tb = traceback.extract_tb(e.__traceback__)
             where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
             reply = {"op": "error", "message": _error_message(e) + where}
-        channel.send(reply)
+        with channel.lock:
+            channel.send(reply)
 
 
 if __name__ == "__main__":
