@@ -548,3 +548,56 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_t
     assert r.status_code >= 400
     status, events = stream([1, 2])
     assert [e["OUT"] for e in events] == [2, 4]
+
+
+def test_execution_env_path(tmp_path, server_factory):
+    # A packed environment (tar.gz with lib/python3.X/site-packages) and a plain folder: the
+    # model imports a module only they hold.
+    import tarfile
+    env_dir = tmp_path / "envsrc" / "lib" / "python3.11" / "site-packages"
+    env_dir.mkdir(parents=True)
+    (env_dir / "packed_helper.py").write_text("def scale():\n    return 5\n")
+    folder = tmp_path / "plainenv"
+    folder.mkdir()
+    (folder / "folder_helper.py").write_text("def offset():\n    return 100\n")
+    repo = tmp_path / "repo"
+    model_dir = write_model(repo, "envmodel", """name: "envmodel"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+""", '''
+import numpy as np
+import packed_helper
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y",
+            pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * packed_helper.scale())])
+            for r in requests]
+''')
+    with tarfile.open(model_dir / "env.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "envsrc", arcname=".")
+    write_model(repo, "foldermodel", f"""name: "foldermodel"
+backend: "python"
+input [ {{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{folder}" }} }}
+""", '''
+import folder_helper
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y",
+            pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + folder_helper.offset())])
+            for r in requests]
+''')
+    srv = server_factory(repo, ["--exit-on-error=false"])
+    srv.wait_until(lambda: model_ready(srv, "envmodel") and model_ready(srv, "foldermodel"), 30,
+                   "ready")
+    x = [make_input("X", np.array([7], dtype=np.int32), "INT32")]
+    assert ok(infer(srv, "envmodel", x))["Y"].tolist() == [35]
+    assert ok(infer(srv, "foldermodel", x))["Y"].tolist() == [107]
