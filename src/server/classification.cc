@@ -1,6 +1,8 @@
 #include "server/classification.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 
@@ -16,9 +18,34 @@ double Load(const char* p) {
   return static_cast<double>(v);
 }
 
+// IEEE 754 binary16 to double (subnormals, infinities and NaN included).
+double HalfToDouble(const char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const int sign = (h >> 15) ? -1 : 1;
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 31) {
+    return mantissa ? std::numeric_limits<double>::quiet_NaN()
+                    : sign * std::numeric_limits<double>::infinity();
+  }
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+// bfloat16 is the upper half of a float.
+double Bf16ToDouble(const char* p) {
+  uint16_t b;
+  std::memcpy(&b, p, 2);
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 bool ToDoubles(const core::OutputTensor& out, std::vector<double>* values) {
   const size_t size = DataTypeSize(out.datatype);
-  if (size == 0 || out.datatype == DataType::kFp16 || out.datatype == DataType::kBf16) return false;
+  if (size == 0) return false;
   const size_t n = out.data.size() / size;
   values->resize(n);
   const char* p = out.data.data();
@@ -33,6 +60,8 @@ bool ToDoubles(const core::OutputTensor& out, std::vector<double>* values) {
       case DataType::kInt16: (*values)[i] = Load<int16_t>(p); break;
       case DataType::kInt32: (*values)[i] = Load<int32_t>(p); break;
       case DataType::kInt64: (*values)[i] = Load<int64_t>(p); break;
+      case DataType::kFp16: (*values)[i] = HalfToDouble(p); break;
+      case DataType::kBf16: (*values)[i] = Bf16ToDouble(p); break;
       case DataType::kFp32: (*values)[i] = Load<float>(p); break;
       case DataType::kFp64: (*values)[i] = Load<double>(p); break;
       default: return false;

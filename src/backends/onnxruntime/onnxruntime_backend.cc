@@ -253,14 +253,20 @@ class OrtInstance : public ModelInstance {
         return absl::InternalError(inferd::StrCat("output '", names[o], "' has a data type inferd does not support"));
       }
       std::string_view all;
+      // BYTES: where each element's serialized form starts in holder->bytes (and the end),
+      // so a batched output splits at request boundaries like a fixed-size one.
+      std::vector<size_t> element_offsets;
       if (dtype == DataType::kBytes) {
         const size_t count = info.GetElementCount();
+        element_offsets.reserve(count + 1);
         for (size_t i = 0; i < count; ++i) {
+          element_offsets.push_back(holder->bytes.size());
           std::string s = holder->value.GetStringTensorElement(i);
           uint32_t len = static_cast<uint32_t>(s.size());
           holder->bytes.append(reinterpret_cast<const char*>(&len), 4);
           holder->bytes.append(s);
         }
+        element_offsets.push_back(holder->bytes.size());
         all = holder->bytes;
       } else {
         all = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
@@ -282,13 +288,22 @@ class OrtInstance : public ModelInstance {
         continue;
       }
       // Scatter a batched output back to its requests as views of the one buffer.
-      if (shape.empty() || shape[0] != total_batch || dtype == DataType::kBytes) {
+      if (shape.empty() || shape[0] != total_batch) {
         return absl::InternalError(inferd::StrCat("output '", names[o], "' cannot be split by batch"));
       }
-      const size_t per_item = total_batch > 0 ? all.size() / total_batch : 0;
+      const bool bytes_output = dtype == DataType::kBytes;
+      const size_t per_item = total_batch <= 0 ? 0
+                              : bytes_output   ? (element_offsets.size() - 1) / total_batch
+                                               : all.size() / total_batch;
       size_t offset = 0;
+      size_t element = 0;  // BYTES: the first element of request r
       for (size_t r = 0; r < n; ++r) {
-        const size_t len = per_item * requests[r]->batch_size;
+        size_t len = per_item * requests[r]->batch_size;
+        if (bytes_output) {
+          const size_t next = element + len;
+          len = element_offsets[next] - element_offsets[element];
+          element = next;
+        }
         if (IsOutputRequested(*requests[r], names[o])) {
           core::OutputTensor out;
           out.name = names[o];
