@@ -368,6 +368,8 @@ void SequenceBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
   bool restarted = false;
   if (refused.ok()) {
     inferd::MutexLock lock(&mu_);
+    // Idle sequences lose their slots now, not when the batcher thread next wakes.
+    ExpireIdleLocked(now_ns_());
     const std::string key = SequenceKey(request->sequence_id);
     auto it = live_.find(key);
     if (stopping_) {
