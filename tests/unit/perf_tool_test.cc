@@ -64,6 +64,20 @@ TEST(PerfOptionsTest, CommandLine) {
   EXPECT_EQ(d->url, "localhost:8000");
 }
 
+TEST(PerfOptionsTest, SharedMemory) {
+  auto o = ParseOptions({"-m", "a", "--shared-memory", "system", "--output-shared-memory-size=602112"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->shared_memory, "system");
+  EXPECT_EQ(o->output_shm_size, 602112);
+  EXPECT_EQ(ParseOptions({"-m", "a"})->shared_memory, "none");
+  EXPECT_THAT(std::string(ParseOptions({"-m", "a", "--shared-memory=cuda"}).status().message()),
+              HasSubstr("none or system"));
+  EXPECT_EQ(ParseOptions({"-m", "a", "-i", "grpc", "--shared-memory=system"}).status().message(),
+            "--shared-memory needs -i http");
+  EXPECT_EQ(ParseOptions({"-m", "a", "--http-json", "--shared-memory=system"}).status().message(),
+            "--shared-memory and --http-json are exclusive");
+}
+
 TEST(PerfDataTest, TensorBytes) {
   TensorSpec fp{"X", "FP32", {2, 3}};
   EXPECT_EQ(MakeTensorBytes(fp, "zero", 1), std::string(24, '\0'));

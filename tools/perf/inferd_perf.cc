@@ -2,6 +2,8 @@
 // closed loop over a concurrency range or open loop over a request-rate range, measurement
 // windows repeated until stable, client and server-side latency breakdowns, CSV and an HTML
 // report. See --help and README.md.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -126,6 +129,7 @@ class HttpProtocol : public Protocol {
   absl::Status Prepare(const std::vector<TensorSpec>& inputs,
                        const std::map<std::string, std::string>& data,
                        const std::vector<std::string>& outputs) override {
+    if (options_.shared_memory == "system") return PrepareSharedMemory(inputs, data, outputs);
     std::string header = "{\"inputs\":[";
     std::string raw;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -164,6 +168,89 @@ class HttpProtocol : public Protocol {
       headers_.push_back("Content-Type: application/octet-stream");
       headers_.push_back("Inference-Header-Content-Length: " + std::to_string(header.size()));
     }
+    return absl::OkStatus();
+  }
+
+  ~HttpProtocol() override {
+    if (shm_names_.empty()) return;
+    HttpClient c(host_, port_);
+    for (const auto& [region, key] : shm_names_) {
+      (void)c.Request("POST", "/v2/systemsharedmemory/region/" + region + "/unregister", {}, "");
+      shm_unlink(key.c_str());
+    }
+  }
+
+  // Input bytes in one region, each output in its own slice of a second region; the body is
+  // only the JSON header naming them.
+  absl::Status PrepareSharedMemory(const std::vector<TensorSpec>& inputs,
+                                   const std::map<std::string, std::string>& data,
+                                   const std::vector<std::string>& outputs) {
+    const std::string tag = std::to_string(getpid());
+    auto make = [&](const std::string& region, size_t size,
+                    const std::string& contents) -> absl::Status {
+      const std::string key = "/inferd_perf_" + tag + "_" + region;
+      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0) return absl::InternalError("shm_open " + key + " failed");
+      shm_names_.emplace_back(region, key);
+      if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+        close(fd);
+        return absl::InternalError("ftruncate " + key + " failed");
+      }
+      if (!contents.empty()) {
+        void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+          close(fd);
+          return absl::InternalError("mmap " + key + " failed");
+        }
+        std::memcpy(m, contents.data(), contents.size());
+        munmap(m, size);
+      }
+      close(fd);
+      HttpClient c(host_, port_);
+      auto r = c.Request("POST", "/v2/systemsharedmemory/region/" + region + "/register",
+                         {"Content-Type: application/json"},
+                         "{\"key\":\"" + key + "\",\"offset\":0,\"byte_size\":" +
+                             std::to_string(size) + "}");
+      if (!r.ok()) return r.status();
+      if (r->status != 200) {
+        return absl::FailedPreconditionError("registering shared memory region '" + region +
+                                             "': HTTP " + std::to_string(r->status) + ": " +
+                                             JsonError(r->body));
+      }
+      return absl::OkStatus();
+    };
+    const std::string in_region = "perf_in_" + tag, out_region = "perf_out_" + tag;
+    std::string all;
+    std::string header = "{\"inputs\":[";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& s = inputs[i];
+      const std::string& bytes = data.at(s.name);
+      if (i) header += ',';
+      header += "{\"name\":\"" + s.name + "\",\"datatype\":\"" + s.datatype + "\",\"shape\":[";
+      for (size_t k = 0; k < s.shape.size(); ++k) {
+        if (k) header += ',';
+        header += std::to_string(s.shape[k]);
+      }
+      header += "],\"parameters\":{\"shared_memory_region\":\"" + in_region +
+                "\",\"shared_memory_offset\":" + std::to_string(all.size()) +
+                ",\"shared_memory_byte_size\":" + std::to_string(bytes.size()) + "}}";
+      all += bytes;
+    }
+    header += "],\"outputs\":[";
+    const size_t out_size = static_cast<size_t>(options_.output_shm_size);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (i) header += ',';
+      header += "{\"name\":\"" + outputs[i] + "\",\"parameters\":{\"shared_memory_region\":\"" +
+                out_region + "\",\"shared_memory_offset\":" + std::to_string(i * out_size) +
+                ",\"shared_memory_byte_size\":" + std::to_string(out_size) + "}}";
+    }
+    header += "]}";
+    if (auto st = make(in_region, std::max<size_t>(all.size(), 1), all); !st.ok()) return st;
+    if (auto st = make(out_region, std::max<size_t>(outputs.size(), 1) * out_size, ""); !st.ok()) {
+      return st;
+    }
+    body_ = header;
+    headers_ = {"Content-Type: application/json"};
     return absl::OkStatus();
   }
 
@@ -240,6 +327,7 @@ class HttpProtocol : public Protocol {
   std::string body_;
   std::vector<std::string> headers_;
   std::unique_ptr<HttpClient> stats_client_;
+  std::vector<std::pair<std::string, std::string>> shm_names_;  // region name, shm key
 };
 
 // ---- gRPC -----------------------------------------------------------------------------------

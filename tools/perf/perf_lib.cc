@@ -122,6 +122,8 @@ Measures a KServe v2 server (inferd, Triton, ...) over HTTP or gRPC, perf_analyz
   -u <host:port>                  server (default localhost:8000 for http, :8001 for grpc)
   -i http|grpc                    protocol (default http: binary tensor extension)
   --http-json                     send JSON tensors instead of the binary extension
+  --shared-memory none|system     system: tensors through registered POSIX shared memory
+  --output-shared-memory-size <b> bytes of shared memory per output (default 102400)
   -b <n>                          batch size (default 1)
   --shape <name:d1,d2,...>        shape of an input with variable dims (no batch dim; repeatable)
   --input-data zero|random|<file> request data; file: perf_analyzer's JSON (default random)
@@ -218,6 +220,14 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
          return absl::OkStatus();
        }},
       {"--warmup-request-count", integer("--warmup-request-count", 0, &o.warmup_requests)},
+      {"--shared-memory", [&](const std::string& v) -> absl::Status {
+         if (v != "none" && v != "system") {
+           return Bad("--shared-memory takes none or system (CUDA shared memory is not supported), got '" + v + "'");
+         }
+         o.shared_memory = v;
+         return absl::OkStatus();
+       }},
+      {"--output-shared-memory-size", integer("--output-shared-memory-size", 1, &o.output_shm_size)},
       {"-f", text(&o.csv_file)},
       {"--report", text(&o.report_file)},
   };
@@ -255,6 +265,8 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   if (!o.concurrency && !o.request_rate) o.concurrency = Range{};
   if (o.url.empty()) o.url = o.protocol == "grpc" ? "localhost:8001" : "localhost:8000";
   if (o.http_json && o.protocol != "http") return Bad("--http-json needs -i http");
+  if (o.shared_memory != "none" && o.protocol != "http") return Bad("--shared-memory needs -i http");
+  if (o.shared_memory != "none" && o.http_json) return Bad("--shared-memory and --http-json are exclusive");
   return o;
 }
 

@@ -36,6 +36,11 @@ struct Options {
   std::string url;  // host:port
   std::string protocol = "http";
   bool http_json = false;
+  // perf_analyzer's --shared-memory: "none", or "system" (HTTP only): inputs and outputs go
+  // through POSIX shared-memory regions registered with the server (one input region and one
+  // output region, shared by every worker, as perf_analyzer does).
+  std::string shared_memory = "none";
+  int64_t output_shm_size = 102400;  // --output-shared-memory-size, bytes per output
   int64_t batch = 1;
   std::map<std::string, std::vector<int64_t>> shapes;
   std::string input_data = "random";  // zero | random | <json file>
