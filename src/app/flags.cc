@@ -228,6 +228,8 @@ std::string Usage() {
   --http-max-header-size=<bytes>   largest request header block (default 65536)
   --http-idle-timeout-secs=<n>     close connections idle this long (default 300)
   --http-request-timeout-secs=<n>  408 when a request takes longer to arrive (default 60)
+  --http-cancel-on-disconnect=<bool>  a client that disconnects before its answer cancels its
+                                   request: queued, it never runs (default true)
   --http-max-connections=<n>       503 beyond this many (default: descriptor limit - 128)
   --http-restricted-api=<category>[,<category>...]:<key>=<value>
                                    only requests with header <key>: <value> may use these
@@ -352,6 +354,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"http-max-input-size", set_int("http-max-input-size", 1, [&](int64_t n) { f.http.limits.max_body_bytes = n; })},
       {"http-max-header-size", set_int("http-max-header-size", 256, [&](int64_t n) { f.http.limits.max_header_bytes = n; })},
       {"http-idle-timeout-secs", set_int("http-idle-timeout-secs", 1, [&](int64_t n) { f.http.idle_timeout_secs = static_cast<int>(n); })},
+      {"http-cancel-on-disconnect", set_bool("http-cancel-on-disconnect", &f.http.cancel_on_disconnect)},
       {"http-request-timeout-secs", set_int("http-request-timeout-secs", 1, [&](int64_t n) { f.http.request_timeout_secs = static_cast<int>(n); })},
       {"http-max-connections", set_int("http-max-connections", 1, [&](int64_t n) { f.http.max_connections = static_cast<int>(n); })},
       {"http-restricted-api", [&](const std::string& v) { return f.http_restrictions.Add("http-restricted-api", v); }},

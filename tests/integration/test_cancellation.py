@@ -149,7 +149,7 @@ def test_running_request_of_a_gone_client_stops(server_factory, tmp_path, extra)
     assert failures(srv)["CANCELED"] == 1
 
 
-def slow_onnx_model(root, n_matmul=800, size=256):
+def slow_onnx_model(root, n_matmul=2000, size=256):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     d = root / "slow_onnx"

@@ -1,5 +1,5 @@
 // DynamicBatcher with a scripted instance: batch formation, queue limits, priorities,
-// timeouts (REJECT and DELAY) and response ordering.
+// timeouts (REJECT and DELAY), client deadlines, cancellation and response ordering.
 #include "scheduling/dynamic_batcher.h"
 
 #include <atomic>
@@ -30,9 +30,20 @@ class ScriptedInstance : public backends::ModelInstance {
       batches_->push_back(ids);
     }
     if (gate_ != nullptr) gate_->WaitForNotification();
+    if (stopped_.load()) {
+      for (auto* r : responses) r->status = absl::CancelledError("stopped");
+    }
   }
+  // Stops the held execution, as a backend would stop its run.
+  void CancelExecution() override {
+    cancel_calls.fetch_add(1);
+    stopped_.store(true);
+    if (gate_ != nullptr && !gate_->HasBeenNotified()) gate_->Notify();
+  }
+  static inline std::atomic<int> cancel_calls{0};
 
  private:
+  std::atomic<bool> stopped_{false};
   inferd::Mutex* mu_;
   std::vector<std::vector<std::string>>* batches_;
   absl::Notification* gate_;
@@ -55,11 +66,14 @@ class DynamicBatcherTest : public ::testing::Test {
     batcher_ = std::make_unique<DynamicBatcher>(config_, 1, std::move(list), 1000, &stats_);
   }
 
-  void Send(const std::string& id, uint32_t priority = 0, uint64_t timeout_us = 0) {
+  void Send(const std::string& id, uint32_t priority = 0, uint64_t timeout_us = 0,
+            std::shared_ptr<core::CancellationToken> cancel = nullptr, uint64_t deadline_ns = 0) {
     auto r = std::make_unique<core::InferRequest>();
     r->id = id;
     r->priority = priority;
     r->timeout_us = timeout_us;
+    r->cancel = std::move(cancel);
+    r->deadline_ns = deadline_ns;
     r->inputs.push_back({"x", DataType::kFp32, {1, 1}, "abcd"});
     r->times.received_ns = core::NowNs();
     r->on_complete = [this, id](std::unique_ptr<core::InferResponse> resp) {
@@ -220,6 +234,89 @@ TEST_F(DynamicBatcherTest, PreserveOrderingAcrossInstances) {
   WaitCompleted(50);
   inferd::MutexLock lock(&mu_);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(completed_[i], std::to_string(i));
+}
+
+}  // namespace
+}  // namespace inferd::scheduling
+
+namespace inferd::scheduling {
+namespace {
+
+TEST_F(DynamicBatcherTest, CancelledQueuedRequestIsAnsweredAtOnceAndNeverRuns) {
+  Start("max_queue_delay_microseconds: 0", 1, /*hold_first=*/true);
+  Send("a");
+  WaitFirstBatch();
+  auto token = std::make_shared<core::CancellationToken>();
+  Send("gone", 0, 0, token);
+  Send("b");
+  token->Cancel();
+  WaitCompleted(1);  // while "a" still holds the only instance
+  {
+    inferd::MutexLock lock(&mu_);
+    EXPECT_EQ(completed_[0], "gone");
+    EXPECT_THAT(errors_["gone"], HasSubstr("cancelled by the client"));
+  }
+  gate_.Notify();
+  WaitCompleted(3);
+  inferd::MutexLock lock(&mu_);
+  ASSERT_EQ(batches_.size(), 2u);
+  EXPECT_THAT(batches_[1], ElementsAre("b"));  // "gone" never ran
+  const auto s = stats_.Snapshot();
+  EXPECT_EQ(s.fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 1u);
+  EXPECT_EQ(s.fail_by_reason[static_cast<int>(metrics::FailureReason::kTimeout)], 0u);
+}
+
+TEST_F(DynamicBatcherTest, ClientDeadlineFiresWhileTheInstanceIsBusy) {
+  // No queue policy timeout: the client's own deadline applies regardless.
+  Start("max_queue_delay_microseconds: 0", 1, /*hold_first=*/true);
+  Send("a");
+  WaitFirstBatch();
+  Send("late", 0, 0, nullptr, core::NowNs() + 20'000'000);
+  WaitCompleted(1);
+  {
+    inferd::MutexLock lock(&mu_);
+    EXPECT_EQ(completed_[0], "late");
+    EXPECT_THAT(errors_["late"], HasSubstr("timed out: waited"));
+    EXPECT_THAT(errors_["late"], HasSubstr("the client's deadline"));
+  }
+  gate_.Notify();
+  WaitCompleted(2);
+  inferd::MutexLock lock(&mu_);
+  EXPECT_EQ(batches_.size(), 1u);
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kTimeout)], 1u);
+}
+
+TEST_F(DynamicBatcherTest, RunStopsOnlyWhenAllOfItsRequestsAreCancelled) {
+  ScriptedInstance::cancel_calls.store(0);
+  Start("max_queue_delay_microseconds: 0", 1, /*hold_first=*/true);
+  auto t1 = std::make_shared<core::CancellationToken>();
+  Send("a", 0, 0, t1);
+  WaitFirstBatch();
+  t1->Cancel();  // the only request of the running batch: the run is stopped
+  WaitCompleted(1);
+  inferd::MutexLock lock(&mu_);
+  EXPECT_EQ(ScriptedInstance::cancel_calls.load(), 1);
+  EXPECT_THAT(errors_["a"], HasSubstr("cancelled by the client"));
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 1u);
+}
+
+TEST_F(DynamicBatcherTest, RunGoesOnWhileOneOfItsRequestsStillWaits) {
+  ScriptedInstance::cancel_calls.store(0);
+  Start("max_queue_delay_microseconds: 200000", 1, /*hold_first=*/true);
+  auto t1 = std::make_shared<core::CancellationToken>();
+  Send("b", 0, 0, t1);
+  Send("c");  // no token: its client cannot leave
+  WaitFirstBatch();
+  {
+    inferd::MutexLock lock(&mu_);
+    ASSERT_THAT(batches_[0], ElementsAre("b", "c"));
+  }
+  t1->Cancel();  // "c" still waits for the answer: the run goes on
+  EXPECT_EQ(ScriptedInstance::cancel_calls.load(), 0);
+  gate_.Notify();
+  WaitCompleted(2);
+  inferd::MutexLock lock(&mu_);
+  EXPECT_TRUE(errors_.empty());
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ struct ReadBuffer {
   std::unique_ptr<char[]> data;
   size_t size = 0;
   size_t capacity = 0;
+  // The size of the whole request at the front, once its headers are in and it has a
+  // Content-Length (0: not known yet; kGrow: chunked or malformed, grow geometrically).
+  size_t expected = 0;
+  static constexpr size_t kGrow = ~size_t{0};
 
   void Reserve(size_t n) {
     if (n <= capacity) return;
@@ -289,7 +293,18 @@ class EventLoop {
           in.size > options_->limits.max_body_bytes + options_->limits.max_header_bytes) {
         return;
       }
-      if (in.capacity - in.size < kMinFree) in.Reserve(std::max(in.capacity * 2, in.size + kMinFree));
+      if (in.capacity - in.size < kMinFree) {
+        // A body too large for the first buffer: once its size is known, allocate the whole
+        // request once and read into place (doubling would copy it ~once more and hold 1.5-2x
+        // of it at the switch); until then, or when chunked, grow geometrically.
+        if (in.expected == 0) in.expected = ExpectedRequestSize(in.view());
+        if (in.expected != ReadBuffer::kGrow && in.expected != 0) {
+          if (in.size >= in.expected) return;  // whole: ProcessInput hands it off first
+          in.Reserve(in.expected);
+        } else {
+          in.Reserve(std::max(in.capacity * 2, in.size + kMinFree));
+        }
+      }
       const size_t want = in.capacity - in.size;
       ssize_t n = ::recv(c->fd, in.data.get() + in.size, want, 0);
       if (n > 0) {
@@ -311,6 +326,16 @@ class EventLoop {
       if (errno != EAGAIN && errno != EWOULDBLOCK) c->dead = true;
       return;
     }
+  }
+
+  // The whole size of the request `buffer` starts with, when its headers give it (0: the
+  // headers are not all in yet; kGrow: chunked or malformed, ProcessInput deals with it).
+  size_t ExpectedRequestSize(std::string_view buffer) const {
+    HttpRequest request;
+    ParseResult r = ParseHttpRequest(buffer, options_->limits, &request, nullptr);
+    if (r.state == ParseState::kComplete) return r.consumed;
+    if (r.state == ParseState::kError) return ReadBuffer::kGrow;
+    return r.headers_complete ? r.expected_total : 0;
   }
 
   void ProcessInput(Connection* c) {
@@ -354,8 +379,10 @@ class EventLoop {
       c->sent_continue = false;
       c->close_after = !request.keep_alive;
       c->request_start_ns = 0;
-      c->cancel = std::make_shared<core::CancellationToken>();
-      request.cancel = c->cancel;
+      if (options_->cancel_on_disconnect) {
+        c->cancel = std::make_shared<core::CancellationToken>();
+        request.cancel = c->cancel;
+      }
       std::shared_ptr<const void> body_owner = owner;
       if (!chunked->empty()) {
         // A decoded chunked body lives in its own string; keep both alive.

@@ -76,6 +76,9 @@ struct HttpServerOptions {
   // Connections beyond this many are answered 503 and closed at once (0: the process's
   // descriptor limit less a reserve for models and files).
   int max_connections = 0;
+  // A client that disconnects (or shuts its sending side) before its answer cancels the request
+  // in flight (core/cancellation.h). Off: the request runs and its answer is dropped.
+  bool cancel_on_disconnect = true;
 };
 
 class HttpServer {
