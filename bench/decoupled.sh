@@ -2,7 +2,8 @@
 # Decoupled streaming: responses/s of the repeat backend (100 responses per request, DELAY 0)
 # over gRPC ModelStreamInfer and over HTTP generate_stream (server-sent events), same server,
 # alternating rounds (bench/decoupled_client.py, Python clients on the same 2 cores). The last
-# line is the median ratio gRPC / SSE. --smoke: one 1 s round.
+# line is the median ratios gRPC / SSE of responses/s and of server CPU per response.
+# --smoke: one 1 s round.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SECONDS_PER_ROUND=5; ROUNDS=3; CONC=4
@@ -28,6 +29,7 @@ CFG
 PORT=$(free_port); GPORT=$(free_port)
 "$BUILD/inferd" --model-repository="$WORK/repo" --http-port="$PORT" --grpc-port="$GPORT" \
   --grpc-address=127.0.0.1 --allow-metrics=false 2>/tmp/inferd_bench_decoupled.log & PIDS+=($!)
+SERVER_PID=$!
 wait_http "http://127.0.0.1:$PORT/v2/models/repeat_int32/ready"
 /usr/bin/python3 "$ROOT/bench/decoupled_client.py" "http://127.0.0.1:$PORT" "127.0.0.1:$GPORT" \
-  "$WORK/stubs" "$SECONDS_PER_ROUND" "$CONC" 100 "$ROUNDS"
+  "$WORK/stubs" "$SECONDS_PER_ROUND" "$CONC" 100 "$ROUNDS" "$SERVER_PID"

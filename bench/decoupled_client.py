@@ -1,12 +1,18 @@
 """Streams repeat_int32 responses (one request = ELEMENTS responses) for SECONDS over gRPC
 ModelStreamInfer (one stream, CONCURRENCY requests in flight) and over HTTP generate_stream
 (server-sent events; CONCURRENCY connections), alternating rounds; prints responses/s of each
-round and, last, the median ratio gRPC / SSE.
+round and the server's CPU time per response (from /proc/<server_pid>/stat), and, last, the
+median ratios gRPC / SSE. The Python clients share the two cores with the server; the gRPC
+one (grpcio, one message at a time) costs far more CPU per response than the server does, so
+responses/s over gRPC measure mostly the client, and server CPU per response is the server's
+own figure.
 
-usage: decoupled_client.py <http_url> <grpc_addr> <stubs_dir> <seconds> <concurrency> <elements> <rounds>
+usage: decoupled_client.py <http_url> <grpc_addr> <stubs_dir> <seconds> <concurrency> <elements>
+                           <rounds> <server_pid>
 """
 import http.client
 import json
+import os
 import queue
 import statistics
 import sys
@@ -16,7 +22,7 @@ import urllib.parse
 
 import numpy as np
 
-http_url, grpc_addr, stubs, seconds, conc, elements, rounds = sys.argv[1:8]
+http_url, grpc_addr, stubs, seconds, conc, elements, rounds, server_pid = sys.argv[1:9]
 seconds, conc, elements, rounds = float(seconds), int(conc), int(elements), int(rounds)
 sys.path.insert(0, stubs)
 import grpc  # noqa: E402
@@ -101,12 +107,28 @@ def sse_round():
     return sum(counts) / (time.monotonic() - start)
 
 
-ratios = []
+def server_cpu_s():
+    fields = open(f"/proc/{server_pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(round_fn):
+    """(responses/s, server CPU microseconds per response)."""
+    cpu0 = server_cpu_s()
+    start = time.monotonic()
+    rate = round_fn()
+    elapsed = time.monotonic() - start
+    return rate, (server_cpu_s() - cpu0) * 1e6 / (rate * elapsed)
+
+
+rate_ratios, cpu_ratios = [], []
 for r in range(rounds):
-    g = grpc_round()
-    s = sse_round()
-    ratios.append(g / s)
-    print(f"round {r + 1}: gRPC stream {g:,.0f} responses/s, SSE {s:,.0f} responses/s, "
-          f"ratio {g / s:.3f}")
-print(f"gRPC stream / SSE responses/s (repeat, {elements} responses per request, c={conc}): "
-      f"{statistics.median(ratios):.3f}")
+    g, g_us = measured(grpc_round)
+    s, s_us = measured(sse_round)
+    rate_ratios.append(g / s)
+    cpu_ratios.append(g_us / s_us)
+    print(f"round {r + 1}: gRPC stream {g:,.0f} responses/s ({g_us:.1f} us server CPU each), "
+          f"SSE {s:,.0f} responses/s ({s_us:.1f} us)")
+print(f"repeat, {elements} responses per request, c={conc}: gRPC stream / SSE responses/s "
+      f"{statistics.median(rate_ratios):.3f}, server CPU per response gRPC / SSE "
+      f"{statistics.median(cpu_ratios):.3f}")

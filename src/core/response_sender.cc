@@ -68,6 +68,7 @@ absl::Status PrepareDecoupledRequest(InferRequest* request, bool backend_streams
   auto sender = std::make_shared<ResponseSender>(request->model_name, request->model_version,
                                                  request->id, std::move(request->on_response));
   request->on_response = nullptr;
+  sender->FollowCancellation(request->cancel);
   request->response_sender = sender;
   request->on_complete = [sender, backend_streams](std::unique_ptr<InferResponse> response) {
     if (sender->closed()) return;

@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "core/cancellation.h"
 #include "core/infer_request.h"
 
 namespace inferd::core {
@@ -67,10 +68,15 @@ class ResponseSender {
   // Responses sent so far (not counting a flag-only final).
   uint64_t responses_sent() const { return sent_.load(std::memory_order_acquire); }
 
-  // The client can no longer receive responses (stream closed or cancelled); a backend may
-  // stop early, but must still send the final flag. Set by the frontend through Cancel().
-  bool IsCancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // The client can no longer receive responses (the request's CancellationToken fired, or
+  // Cancel was called); a backend may stop early, but must still send the final flag.
+  bool IsCancelled() const {
+    return cancelled_.load(std::memory_order_acquire) ||
+           (cancel_ != nullptr && cancel_->IsCancelled());
+  }
   void Cancel() { cancelled_.store(true, std::memory_order_release); }
+  // Makes IsCancelled follow the request's token (set once, before the sender is shared).
+  void FollowCancellation(std::shared_ptr<CancellationToken> token) { cancel_ = std::move(token); }
 
   const std::string& model_name() const { return model_name_; }
   int64_t model_version() const { return model_version_; }
@@ -84,6 +90,7 @@ class ResponseSender {
   ResponseCallback sink_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> closed_{false};
   std::atomic<bool> cancelled_{false};
+  std::shared_ptr<CancellationToken> cancel_;
   std::atomic<uint64_t> sent_{0};
 };
 

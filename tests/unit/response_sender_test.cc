@@ -95,3 +95,19 @@ TEST(ResponseSenderTest, ConcurrentSendersNeverOverlapAndOneFinalWins) {
 
 }  // namespace
 }  // namespace inferd::core
+
+namespace inferd::core {
+namespace {
+
+TEST(ResponseSenderTest, FollowsTheRequestsCancellationToken) {
+  ResponseSender sender("m", 1, "", [](std::unique_ptr<InferResponse>, bool) {});
+  auto token = std::make_shared<CancellationToken>();
+  sender.FollowCancellation(token);
+  EXPECT_FALSE(sender.IsCancelled());
+  token->Cancel();
+  EXPECT_TRUE(sender.IsCancelled());
+  (void)sender.SendFinal();
+}
+
+}  // namespace
+}  // namespace inferd::core

@@ -233,7 +233,11 @@ class StreamReactor
   void WriteNextLocked() {
     if (writing_ || writes_.empty() || broken_) return;
     writing_ = true;
-    StartWrite(&writes_.front());
+    // With more messages queued behind this one (a decoupled model streaming), let gRPC
+    // coalesce them: the last one, written without the hint, flushes them all.
+    grpc::WriteOptions options;
+    if (writes_.size() > 1) options.set_buffer_hint();
+    StartWrite(&writes_.front(), options);
   }
 
   void MaybeFinishLocked() {

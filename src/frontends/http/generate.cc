@@ -129,7 +129,7 @@ absl::StatusOr<std::string> ToInferJson(std::string_view body, const server::Mod
   return std::string(buf.GetString(), buf.GetSize());
 }
 
-// One response as generate's flat object; nullopt with `error` set when it is an error.
+// One successful response as generate's flat object.
 std::string ResponseJson(core::InferResponse& response) {
   HttpResponse infer = SerializeInferResponse(response, OutputEncoding{});
   rapidjson::Document doc;
