@@ -24,6 +24,7 @@
 #include "backends/image/image_backend.h"
 #include "backends/module_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
+#include "backends/python/python_backend.h"
 #include "common/strings.h"
 #include "repository/model_lifecycle.h"
 #include "server/server.h"
@@ -103,6 +104,7 @@ void RegisterBackends(backends::BackendRegistry* backends, const pack::PackOptio
   backends->Register(backends::MakeIdentityBackend());
   backends->Register(backends::MakeImageBackend());
   backends->Register(backends::MakeOnnxRuntimeBackend());
+  backends->Register(backends::MakePythonBackend());
 #ifdef INFERD_WITH_LIBTORCH
   const std::string dir =
       o.backend_directory.empty() ? backends::ExecutableDirectory() : o.backend_directory;
