@@ -21,9 +21,10 @@ APT_PACKAGES=(
   wrk clang libclang-rt-14-dev
   chromium
   libjpeg62-turbo-dev libpng-dev python3-pil
-  libgoogle-perftools-dev
+  libgoogle-perftools-dev zlib1g-dev
   buildah debootstrap
   nginx python3-kubernetes
+  heaptrack
 )
 
 missing=()

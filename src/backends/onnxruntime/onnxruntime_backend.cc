@@ -12,6 +12,7 @@
 #include "common/mutex.h"
 #include "common/strings.h"
 #include "backends/onnxruntime/session_settings.h"
+#include "backends/onnxruntime/thread_reuse.h"
 #include "common/logging.h"
 #include "onnxruntime_cxx_api.h"
 #include "onnxruntime_run_options_config_keys.h"
@@ -79,6 +80,9 @@ absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* option
   options->SetIntraOpNumThreads(s.intra_op_threads);
   options->SetInterOpNumThreads(s.inter_op_threads);
   options->SetExecutionMode(s.parallel_execution ? ORT_PARALLEL : ORT_SEQUENTIAL);
+  // Pool threads are borrowed from a process-wide set, not started and ended per session:
+  // each ended ONNX Runtime thread left heap behind (thread_reuse.h).
+  ort::UseReusedThreads(options);
   if (!s.mem_arena) options->DisableCpuMemArena();
   if (!s.mem_pattern) options->DisableMemPattern();
   // allow_spinning (inferd's) sets both pools' spinning unless a session.* key sets it.
