@@ -601,3 +601,39 @@ class TritonPythonModel:
     x = [make_input("X", np.array([7], dtype=np.int32), "INT32")]
     assert ok(infer(srv, "envmodel", x))["Y"].tolist() == [35]
     assert ok(infer(srv, "foldermodel", x))["Y"].tolist() == [107]
+
+
+def test_finalize_on_unload_and_logger(tmp_path, server_factory):
+    write_model(tmp_path, "fin", """name: "fin"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", '''
+import os
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.dir = args["model_repository"]
+        pb_utils.Logger.log_warn("fin is warming up")
+
+    def execute(self, requests):
+        pb_utils.Logger.log_info("fin executes " + str(len(requests)))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y",
+            pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+
+    def finalize(self):
+        open(os.path.join(self.dir, "finalized"), "w").write(str(os.getpid()))
+''')
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=fin"])
+    srv.wait_until(lambda: model_ready(srv, "fin"), 30, "ready")
+    assert ok(infer(srv, "fin", [make_input("X", np.array([4], dtype=np.int32), "INT32")]))["Y"].tolist() == [4]
+    assert not (tmp_path / "fin" / "finalized").exists()
+    assert srv.post("/v2/repository/models/fin/unload", json={}).status_code == 200
+    srv.wait_until(lambda: (tmp_path / "fin" / "finalized").exists(), 15, "finalize() to run")
+    pid = int((tmp_path / "fin" / "finalized").read_text())
+    srv.wait_until(lambda: not Path(f"/proc/{pid}").exists() or
+                   "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], 15, "the process to exit")
+    log = srv.log()
+    assert "model 'fin' instance 'fin_0_0': fin is warming up" in log
+    assert "fin executes 1" in log
