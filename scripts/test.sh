@@ -28,6 +28,8 @@ stage "benchmarks (smoke)"
 for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_preprocess ensemble json memory mme scale_out sequence_vad python_step decoupled response_cache shared_memory; do
   bash "$ROOT/bench/$b.sh" --smoke | tail -1 | sed "s/^/smoke, not a measurement (figures: bench\/RESULTS.md): /"
 done
+# Load/unload soak: 60 cycles (the 10,000-cycle run is bench/soak.py without --smoke).
+/usr/bin/python3 "$ROOT/bench/soak.py" --smoke | tail -1 | sed "s/^/smoke, not a measurement (figures: bench\/RESULTS.md): /"
 
 # The container image (Dockerfile), built with buildah and checked the way SageMaker runs it.
 # Skipped, loudly, only where buildah cannot run (INFERD_REQUIRE_IMAGE=1 makes that a failure).
