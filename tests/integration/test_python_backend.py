@@ -382,6 +382,12 @@ class TritonPythonModel:
                     raise pb_utils.TritonModelException(r.error().message())
                 s = pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
                 d = pb_utils.get_output_tensor_by_name(r, "OUTPUT1").as_numpy()
+            elif mode in (3, 4):  # another Python model, an ensemble
+                r = call(a, b, model="py_add_sub" if mode == 3 else "ens_add_sub").exec()
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+                s = pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()
+                d = pb_utils.get_output_tensor_by_name(r, "OUTPUT1").as_numpy()
             elif mode == 1:  # async, two calls in flight
                 r1, r2 = await asyncio.gather(call(a, b).async_exec(), call(b, a).async_exec())
                 s = pb_utils.get_output_tensor_by_name(r1, "OUTPUT0").as_numpy()
@@ -407,11 +413,23 @@ input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: T
 output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "DIFF" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "READY" data_type: TYPE_BOOL dims: [ 1 ] } ]
 """, BLS_PY)
+    write_model(repo, "py_add_sub", ADD_SUB_CONFIG.format(name="py_add_sub", mbs=0, dims="4",
+                                                          extra=""), ADD_SUB_PY)
+    ens = Path(repo) / "ens_add_sub"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text("""name: "ens_add_sub"
+platform: "ensemble"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "add_sub_nobatch" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } } ] }
+""")
     srv = server_factory(repo)
-    srv.wait_until(lambda: model_ready(srv, "bls"), 30, "ready")
+    srv.wait_until(lambda: model_ready(srv, "bls") and model_ready(srv, "ens_add_sub"), 30, "ready")
     a = np.random.rand(4).astype(np.float32)
     b = np.random.rand(4).astype(np.float32)
-    for m, want_diff in ((0, a - b), (1, b - a)):
+    for m, want_diff in ((0, a - b), (1, b - a), (3, a - b), (4, a - b)):
         out = ok(infer(srv, "bls", [fp32("A", a), fp32("B", b),
                                     make_input("MODE", np.array([m], dtype=np.int32), "INT32")]))
         np.testing.assert_allclose(out["SUM"], a + b, rtol=1e-6)
