@@ -56,3 +56,42 @@ def test_classification_of_fp16_output_matches_numpy(server):
     assert [int(e[1]) for e in entries] == list(order), entries
     np.testing.assert_allclose([float(e[0]) for e in entries],
                                x[0][order].astype(np.float64), rtol=1e-6)
+
+
+def test_compressed_request_and_response_bodies(server):
+    """Content-Encoding gzip/deflate bodies are inflated (binary tensors too: the header length
+    counts the uncompressed JSON); Accept-Encoding answers compressed, as Triton does."""
+    import gzip
+    import zlib
+
+    from v2client import build_request
+
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, np.int32)
+    body, headers = build_request([make_input("INPUT0", a, "INT32", binary=True),
+                                   make_input("INPUT1", b, "INT32")],
+                                  outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}},
+                                           {"name": "OUTPUT1"}])
+    for coding, packed in [("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))]:
+        for accept in ["gzip", "deflate;q=0.9, gzip;q=0.1", "identity"]:
+            r = requests.post(f"{server.url}/v2/models/simple/infer", data=packed,
+                              headers={**headers, "Content-Encoding": coding,
+                                       "Accept-Encoding": accept})
+            assert r.status_code == 200, (coding, accept, r.text)
+            want = {"gzip": "gzip", "identity": None}.get(accept, "deflate")
+            assert r.headers.get("Content-Encoding") == want, (accept, r.headers)
+            if want:  # requests inflated it; the wire length says it was compressed
+                assert int(r.headers["Content-Length"]) < len(r.content)
+            out = parse_response(r)[1]
+            np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+            np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+    # A body that is not what its Content-Encoding says, or a coding Triton does not take: 400
+    # naming it, and the server serves on.
+    r = requests.post(f"{server.url}/v2/models/simple/infer", data=gzip.compress(body)[:-12],
+                      headers={**headers, "Content-Encoding": "gzip"})
+    assert r.status_code == 400 and "gzip" in r.text, r.text
+    r = requests.post(f"{server.url}/v2/models/simple/infer", data=body,
+                      headers={**headers, "Content-Encoding": "br"})
+    assert r.status_code == 400 and "'br'" in r.text, r.text
+    assert server.get("/v2/health/ready").status_code == 200

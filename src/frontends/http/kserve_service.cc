@@ -5,6 +5,7 @@
 
 #include "common/strings.h"
 #include "config/model_config_util.h"
+#include "frontends/http/content_encoding.h"
 #include "frontends/http/generate.h"
 #include "frontends/http/infer_codec.h"
 #include "frontends/http/shared_memory_routes.h"
@@ -14,6 +15,9 @@
 
 namespace inferd::http {
 namespace {
+
+// A compressed body may inflate to at most this (the default --http-max-input-size).
+constexpr size_t kMaxDecodedBodyBytes = size_t{64} << 20;
 
 using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
@@ -269,6 +273,35 @@ void KServeHttpService::HandleInfer(const HttpRequest& request,
       return fail(ErrorResponse(400, inferd::StrCat("invalid Inference-Header-Content-Length '", *h, "'")));
     }
     header_length = n;
+  }
+  if (auto coding = request.Header("Accept-Encoding")) {
+    // Triton compresses the infer response with the client's preferred coding.
+    const ContentCoding chosen = ChooseResponseCoding(*coding);
+    if (chosen != ContentCoding::kIdentity) {
+      reply = [inner = std::move(reply), chosen](std::function<HttpResponse()> make) {
+        inner([make = std::move(make), chosen] {
+          HttpResponse r = make();
+          CompressResponse(chosen, &r);
+          return r;
+        });
+      };
+    }
+  }
+  if (auto coding = request.Header("Content-Encoding")) {
+    // Inflated once the body is complete; the views the request makes point into `decoded`.
+    auto decoded = DecodeBody(*coding, request.body, kMaxDecodedBodyBytes);
+    if (!decoded.ok()) {
+      return fail(absl::IsOutOfRange(decoded.status())
+                      ? ErrorResponse(413, std::string(decoded.status().message()))
+                      : ErrorResponse(decoded.status()));
+    }
+    auto body = std::make_shared<std::string>(*std::move(decoded));
+    HttpRequest inflated = request;
+    inflated.body = *body;
+    auto owner = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<std::string>>>(
+        std::move(body_owner), body);
+    return InferWithHeaderLength(inflated, std::move(owner), model, version, header_length,
+                                 std::move(reply));
   }
   InferWithHeaderLength(request, std::move(body_owner), model, version, header_length,
                         std::move(reply));
