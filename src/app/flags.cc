@@ -153,7 +153,7 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"buffer-manager-thread-count", Arg::kInt, "tensors are not copied by a buffer manager here"},
     {"host-policy", Arg::kString, "host policies (NUMA, CPU sets) are not implemented"},
     {"repoagent-directory", Arg::kString, "repository agents are not run"},
-    {"allow-client-shm", Arg::kBool, "the shared-memory extensions are not implemented"},
+    {"allow-client-shm", Arg::kBool, "clients may always register system shared memory here (CUDA shared memory is not supported)"},
 };
 
 absl::Status CheckNoEffectValue(const NoEffectFlag& flag, const std::string& v) {
