@@ -358,6 +358,22 @@ def test_generate_stream_errors(dserver):
     assert r.status_code == 405
 
 
+def test_generate_stream_client_going_away_stops_the_backend(dserver):
+    import socket
+    body = json.dumps({"IN": [1, 2, 3, 4, 5, 6], "DELAY": [150] * 6, "WAIT": 0}).encode()
+    s = socket.create_connection(("127.0.0.1", dserver.port))
+    s.sendall(b"POST /v2/models/repeat_int32/generate_stream HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while got.count(b"data: ") < 1:
+        got += s.recv(4096)
+    s.close()  # after the first event
+    dserver.wait_until(lambda: "request cancelled after" in dserver.log(), 10,
+                       "the repeat backend to see the cancellation")
+    line = next(ln for ln in dserver.log().splitlines() if "request cancelled after" in ln)
+    assert "of 6 responses" in line and "after 6 of" not in line, line
+
+
 def test_generate_exactly_one_response(dserver):
     r = dserver.post("/v2/models/repeat_int32/generate", json={"IN": [77], "DELAY": [0], "WAIT": 0})
     assert r.status_code == 200, r.text

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
 
@@ -204,7 +205,11 @@ class RepeatInstance : public ModelInstance {
   void Respond(const Job& job) {
     core::ResponseSender& sender = *job.sender;
     for (size_t e = 0; e < job.in.size(); ++e) {
-      if (sender.IsCancelled()) break;
+      if (sender.IsCancelled()) {
+        LOG_INFO << "repeat model '" << model_name_ << "': request cancelled after " << e
+                 << " of " << job.in.size() << " responses";
+        break;
+      }
       if (job.delay_ms[e] > 0 && !Sleep(job.delay_ms[e])) {
         (void)sender.SendError(absl::UnavailableError(
             inferd::StrCat("model '", model_name_, "' is unloading")));

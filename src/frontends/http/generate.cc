@@ -260,6 +260,7 @@ void HandleGenerate(server::Server* server, const HttpRequest& request,
     reply([st] { return ErrorResponse(st); });
   };
   const std::string_view body = request.body;
+  auto cancel = request.cancel;  // the client disconnecting cancels the request (and the stream)
   // The model's inputs decide which keys are tensors: an on-demand model loads first.
   server->WhenAvailable(model, [=](absl::Status st) {
     if (!st.ok()) return fail(st);
@@ -274,6 +275,7 @@ void HandleGenerate(server::Server* server, const HttpRequest& request,
     req->model_name = model;
     req->model_version = version;
     req->times.received_ns = core::NowNs();
+    req->cancel = cancel;
     auto call = std::make_shared<GenerateCall>(streaming, reply);
     req->on_response = [call](std::unique_ptr<core::InferResponse> r, bool final) {
       call->OnResponse(std::move(r), final);
