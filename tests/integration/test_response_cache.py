@@ -163,3 +163,14 @@ def test_cached_ensemble_and_grpc_statistics(make_repo, server_factory, pb):
     st = g.model_stats[0].inference_stats
     assert (st.cache_hit.count, st.cache_miss.count) == (2, 1)
     assert st.cache_hit.ns > 0
+    # A streaming client gets the cached answer too (through the stream, once, final).
+    req = pb2.ModelInferRequest(model_name="chain")
+    for name, arr in (("A", a), ("B", b)):
+        req.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        req.raw_input_contents.append(arr.tobytes())
+    answers = list(stub.ModelStreamInfer(iter([req]), timeout=10))
+    assert len(answers) == 1 and not answers[0].error_message, answers
+    out = answers[0].infer_response
+    got = {o.name: np.frombuffer(raw, np.int32) for o, raw in zip(out.outputs, out.raw_output_contents)}
+    np.testing.assert_array_equal(got["TWICE_A"], 2 * a.ravel())
+    assert stats(srv, "chain")["hit"] == 3 and stats(srv, "simple")["exec"] == 2
