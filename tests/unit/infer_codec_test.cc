@@ -69,7 +69,7 @@ TEST(InferCodecTest, NumbersConvertExactly) {
     ASSERT_FALSE(huge.ok()) << text;
     EXPECT_THAT(std::string(huge.status().message()),
                 ::testing::MatchesRegex("malformed JSON in the request body at offset [0-9]+: "
-                                        "(number 2e308 does not fit in a double|"
+                                        "(number -?[0-9e]+ does not fit in a double|"
                                         "Number too big to be stored in double.)"));
   }
 }
@@ -214,6 +214,40 @@ TEST(InferCodecTest, StatusCodes) {
   HttpResponse e = ErrorResponse(absl::NotFoundError("unknown model 'x\"'"));
   EXPECT_EQ(e.status, 404);
   EXPECT_EQ(e.body, R"({"error":"unknown model 'x\"'"})");
+}
+
+}  // namespace
+}  // namespace inferd::http
+
+namespace inferd::http {
+namespace {
+
+// Issue 16: 'data' nested deeper or shallower than the shape, or with a row of the wrong
+// length, is refused naming the input; flat data and data nested like the shape are accepted.
+TEST(InferCodecNestingTest, NestingFollowsTheShape) {
+  auto parse = [](const char* data) {
+    return ParseInferRequest(inferd::StrCat(R"({"inputs":[{"name":"x","shape":[2,3],"datatype":"INT32","data":)",
+                                            data, "}]}"),
+                             std::nullopt, nullptr);
+  };
+  for (const char* ok : {"[1,2,3,4,5,6]", "[[1,2,3],[4,5,6]]", " [ [1, 2,3] ,[4,5,6] ] "}) {
+    auto r = parse(ok);
+    ASSERT_TRUE(r.ok()) << ok << ": " << r.status();
+    std::vector<int32_t> got(6);
+    std::memcpy(got.data(), r->request->inputs[0].data.data(), 24);
+    EXPECT_EQ(got, (std::vector<int32_t>{1, 2, 3, 4, 5, 6})) << ok;
+  }
+  for (const char* bad : {"[[[1,2,3]],[[4,5,6]]]", "[[1,2],[3,4],[5,6]]", "[[1,2,3,4],[5,6]]",
+                          "[[1,2,3],4,5,6]", "[1,2,3,[4,5,6]]", "[[1,2,3],[4,5,6]", "[1,2,3,4,5,6,]",
+                          "[01,2,3,4,5,6]", "[1.,2,3,4,5,6]"}) {
+    auto r = parse(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(parse("[[[1,2,3]],[[4,5,6]]]").status().message()),
+              ::testing::HasSubstr("input 'x': 'data' is nested 3 levels deep"));
+  EXPECT_THAT(std::string(parse("[[1,2],[3,4],[5,6]]").status().message()),
+              ::testing::HasSubstr("input 'x': a row of 'data'"));
 }
 
 }  // namespace

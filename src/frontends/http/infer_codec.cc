@@ -4,8 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/strings.h"
+#include "frontends/http/json_tensor.h"
 #include "rapidjson/document.h"
 #include "rapidjson/encodedstream.h"
 #include "rapidjson/error/en.h"
@@ -102,6 +108,204 @@ absl::Status ParseJsonExact(std::string_view json, rapidjson::Document& doc) {
       rapidjson::GetParseError_En(reader.GetParseErrorCode())));
 }
 
+// The fast path for a request's JSON: the envelope (a top-level object whose 'inputs' are objects)
+// is walked here, every other value parsed by rapidjson as above, and each input's 'data' array
+// only located (its text span in `data_spans`, by input index; an empty array stands in the DOM):
+// ParseJsonTensorData parses it into the tensor once the datatype and shape are known. Anything
+// unusual (escaped keys, a 'data' holding strings or objects, malformed text) falls back to
+// ParseJsonExact of the whole body, which gives the same document and the usual errors.
+class InferJsonScanner {
+ public:
+  InferJsonScanner(std::string_view json, rapidjson::Document& doc,
+                   std::vector<std::string_view>* data_spans)
+      : json_(json), doc_(doc), spans_(data_spans) {}
+
+  // False: take the fallback.
+  bool Scan() {
+    doc_.SetObject();
+    Space();
+    if (!Eat('{')) return false;
+    Space();
+    if (Eat('}')) return AtEnd();
+    for (;;) {
+      std::string_view key;
+      if (!Key(&key)) return false;
+      if (key == "inputs" && Peek() == '[') {
+        rapidjson::Value inputs(rapidjson::kArrayType);
+        if (!Inputs(&inputs)) return false;
+        AddMember(doc_, key, inputs);
+      } else {
+        rapidjson::Value v;
+        if (!Value(&v)) return false;
+        AddMember(doc_, key, v);
+      }
+      Space();
+      if (Eat(',')) {
+        Space();
+        continue;
+      }
+      if (Eat('}')) return AtEnd();
+      return false;
+    }
+  }
+
+ private:
+  char Peek() const { return pos_ < json_.size() ? json_[pos_] : '\0'; }
+  bool Eat(char c) {
+    if (Peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  void Space() {
+    while (pos_ < json_.size() &&
+           (json_[pos_] == ' ' || json_[pos_] == '\n' || json_[pos_] == '\r' || json_[pos_] == '\t')) {
+      ++pos_;
+    }
+  }
+  bool AtEnd() {
+    Space();
+    return pos_ == json_.size();
+  }
+  void AddMember(rapidjson::Value& obj, std::string_view key, rapidjson::Value& v) {
+    rapidjson::Value k(key.data(), static_cast<rapidjson::SizeType>(key.size()), doc_.GetAllocator());
+    obj.AddMember(k, v, doc_.GetAllocator());
+  }
+  // A plain key (printable ASCII, no escapes) and its ':'.
+  bool Key(std::string_view* key) {
+    if (!Eat('"')) return false;
+    const size_t start = pos_;
+    while (pos_ < json_.size()) {
+      const unsigned char c = static_cast<unsigned char>(json_[pos_]);
+      if (c == '"') break;
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+      ++pos_;
+    }
+    if (!Eat('"')) return false;
+    *key = json_.substr(start, pos_ - 1 - start);
+    Space();
+    if (!Eat(':')) return false;
+    Space();
+    return true;
+  }
+  // Any value, by rapidjson (exact numbers), into the document's allocator.
+  bool Value(rapidjson::Value* out) {
+    constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
+                                rapidjson::kParseNumbersAsStringsFlag |
+                                rapidjson::kParseValidateEncodingFlag |
+                                rapidjson::kParseStopWhenDoneFlag;
+    rapidjson::Document sub(&doc_.GetAllocator());
+    rapidjson::Reader reader;
+    rapidjson::MemoryStream ms(json_.data() + pos_, json_.size() - pos_);
+    rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> is(ms);
+    ExactNumberHandler handler(sub);
+    bool ok = false;
+    auto generate = [&](rapidjson::Document&) {
+      ok = !reader.Parse<kFlags>(is, handler).IsError();
+      return ok;
+    };
+    sub.Populate(generate);
+    if (!ok || reader.HasParseError()) return false;
+    pos_ += ms.Tell();
+    out->Swap(sub);
+    return true;
+  }
+  bool Inputs(rapidjson::Value* inputs) {
+    Eat('[');
+    Space();
+    if (Eat(']')) return true;
+    for (;;) {
+      if (!Eat('{')) return false;
+      rapidjson::Value obj(rapidjson::kObjectType);
+      const size_t index = inputs->Size();
+      Space();
+      if (!Eat('}')) {
+        for (;;) {
+          std::string_view key;
+          if (!Key(&key)) return false;
+          if (key == "data" && Peek() == '[') {
+            const size_t start = pos_;
+            if (!SkipNumberArray()) return false;
+            if (spans_->size() <= index) spans_->resize(index + 1);
+            (*spans_)[index] = json_.substr(start, pos_ - start);
+            rapidjson::Value placeholder(rapidjson::kArrayType);
+            AddMember(obj, key, placeholder);
+          } else {
+            rapidjson::Value v;
+            if (!Value(&v)) return false;
+            AddMember(obj, key, v);
+          }
+          Space();
+          if (Eat(',')) {
+            Space();
+            continue;
+          }
+          if (Eat('}')) break;
+          return false;
+        }
+      }
+      inputs->PushBack(obj, doc_.GetAllocator());
+      Space();
+      if (Eat(',')) {
+        Space();
+        continue;
+      }
+      return Eat(']');
+    }
+  }
+  // Past the array at pos_ when it holds only numbers, literals and arrays (no strings or
+  // objects: those take the fallback). The numbers themselves are checked when parsed.
+  bool SkipNumberArray() {
+    int depth = 0;
+    const char* p = json_.data() + pos_;
+    const char* const end = json_.data() + json_.size();
+    while (p < end) {
+#if defined(__SSE2__)
+      // 16 bytes at a time while none of them is a bracket, quote or brace.
+      while (end - p >= 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        const __m128i hit = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('[')), _mm_cmpeq_epi8(v, _mm_set1_epi8(']'))),
+            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('{'))));
+        const int mask = _mm_movemask_epi8(hit);
+        if (mask != 0) {
+          p += __builtin_ctz(static_cast<unsigned>(mask));
+          break;
+        }
+        p += 16;
+      }
+      if (p >= end) break;
+#endif
+      const char c = *p++;
+      if (c == '[') {
+        ++depth;
+      } else if (c == ']') {
+        if (--depth == 0) {
+          pos_ = p - json_.data();
+          return true;
+        }
+      } else if (c == '"' || c == '{' || c == '}') {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  std::string_view json_;
+  rapidjson::Document& doc_;
+  std::vector<std::string_view>* spans_;
+  size_t pos_ = 0;
+};
+
+// Parses an infer request's JSON: the fast scanner, else the whole document by rapidjson.
+absl::Status ParseInferJson(std::string_view json, rapidjson::Document& doc,
+                            std::vector<std::string_view>* data_spans) {
+  InferJsonScanner scanner(json, doc, data_spans);
+  if (scanner.Scan()) return absl::OkStatus();
+  data_spans->clear();
+  doc.SetNull();
+  return ParseJsonExact(json, doc);
+}
+
 template <typename T>
 void AppendPod(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -187,16 +391,31 @@ absl::Status AppendElement(const rapidjson::Value& v, DataType type, std::string
   }
 }
 
-// Flattens nested or flat `data` in row-major order.
+// Flattens nested or flat `data` in row-major order. Nesting follows json_tensor.h's rule:
+// flat, or as deep as `shape` with each row as long as its dimension.
 absl::Status Flatten(const rapidjson::Value& v, DataType type, std::string_view name, int depth,
-                     std::string* out, int64_t* count) {
+                     const Shape& shape, int* scalar_depth, std::string* out, int64_t* count) {
   if (depth > kMaxJsonDataDepth) return Invalid(name, "'data' is nested too deeply");
   if (v.IsArray()) {
+    if (*scalar_depth >= 0 && depth + 1 > *scalar_depth) {
+      return Invalid(name, "'data' is ragged: arrays and numbers at the same level");
+    }
     for (const auto& e : v.GetArray()) {
-      absl::Status st = Flatten(e, type, name, depth + 1, out, count);
+      absl::Status st = Flatten(e, type, name, depth + 1, shape, scalar_depth, out, count);
       if (!st.ok()) return st;
     }
+    if (*scalar_depth > 1) return CheckRowLength(depth + 1, v.Size(), shape, name);
     return absl::OkStatus();
+  }
+  if (depth > 0) {
+    if (*scalar_depth < 0) {
+      *scalar_depth = depth;
+      if (depth != 1 && (shape.size() < 2 || depth != static_cast<int>(shape.size()))) {
+        return CheckScalarDepth(depth, shape, name);
+      }
+    } else if (depth != *scalar_depth) {
+      return Invalid(name, "'data' is ragged: numbers at different nesting levels");
+    }
   }
   ++*count;
   return AppendElement(v, type, name, out);
@@ -374,7 +593,8 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     binary = body.substr(*header_length);
   }
   rapidjson::Document doc;
-  if (auto st = ParseJsonExact(json, doc); !st.ok()) return st;
+  std::vector<std::string_view> data_spans;  // by input index: 'data' left for the fast parser
+  if (auto st = ParseInferJson(json, doc, &data_spans); !st.ok()) return st;
   if (!doc.IsObject()) return absl::InvalidArgumentError("the request body must be a JSON object");
 
   ParsedInfer parsed;
@@ -493,7 +713,29 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         buf.reserve(static_cast<size_t>(*count) * elem);
       }
       int64_t got = 0;
-      absl::Status st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, &buf, &got);
+      const size_t input_index = static_cast<size_t>(&in - inputs->value.Begin());
+      absl::Status st;
+      if (input_index < data_spans.size() && !data_spans[input_index].empty() &&
+          tensor.datatype != DataType::kBytes) {
+        // Straight from the text into the tensor (json_tensor.h).
+        size_t pos = static_cast<size_t>(data_spans[input_index].data() - json.data());
+        const size_t max_bytes = elem && static_cast<uint64_t>(*count) <= json.size()
+                                     ? static_cast<size_t>(*count) * elem : 0;
+        st = ParseJsonTensorData(json, &pos, tensor.datatype, tensor.shape, tensor.name,
+                                 max_bytes, &buf, &got);
+      } else {
+        if (input_index < data_spans.size() && !data_spans[input_index].empty()) {
+          // BYTES (or anything the scanner left): the DOM of just this array.
+          rapidjson::Document data_doc;
+          if (auto pst = ParseJsonExact(data_spans[input_index], data_doc); !pst.ok()) return pst;
+          int scalar_depth = -1;
+          st = Flatten(data_doc, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth, &buf, &got);
+        } else {
+          int scalar_depth = -1;
+          st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth,
+                       &buf, &got);
+        }
+      }
       if (!st.ok()) return st;
       if (got != *count) {
         return Invalid(tensor.name, inferd::StrCat("shape ", ShapeToString(tensor.shape), " needs ",
@@ -650,7 +892,14 @@ HttpResponse SerializeInferResponse(core::InferResponse& response,
       if (out.holder) http.holders.push_back(out.holder);
     } else {
       w.Key("data");
-      WriteOutputData(w, out);
+      if (out.datatype == DataType::kBytes) {
+        WriteOutputData(w, out);
+      } else {
+        // Numbers by std::to_chars in bulk (json_tensor.h), one copy into the body.
+        std::string text;
+        AppendJsonTensorData(out.data, out.datatype, &text);
+        w.RawValue(text.data(), text.size(), rapidjson::kArrayType);
+      }
     }
     w.EndObject();
   }

@@ -1,0 +1,406 @@
+#include "frontends/http/json_tensor.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "common/strings.h"
+#include "frontends/http/infer_codec.h"
+
+namespace inferd::http {
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+absl::Status Invalid(std::string_view input, std::string_view what) {
+  return absl::InvalidArgumentError(inferd::StrCat("input '", input, "': ", what));
+}
+
+absl::Status Malformed(size_t offset, std::string_view what) {
+  return absl::InvalidArgumentError(
+      inferd::StrCat("malformed JSON in the request body at offset ", offset, ": ", what));
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+bool IsFloating(DataType t) {
+  return t == DataType::kFp16 || t == DataType::kBf16 || t == DataType::kFp32 ||
+         t == DataType::kFp64;
+}
+
+template <typename T>
+absl::Status StoreInt(const char* s, const char* e, std::string_view name, char* dst) {
+  T v;
+  if (*s == '-') {
+    int64_t x = 0;
+    auto r = std::from_chars(s, e, x);
+    if (r.ec != std::errc() || (std::is_signed_v<T> && x < std::numeric_limits<T>::min()) ||
+        !std::is_signed_v<T>) {
+      return Invalid(name, inferd::StrCat("value ", std::string_view(s, e - s),
+                                          " is out of range for its datatype"));
+    }
+    v = static_cast<T>(x);
+  } else {
+    uint64_t x = 0;
+    auto r = std::from_chars(s, e, x);
+    if (r.ec != std::errc() || x > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+      return Invalid(name, inferd::StrCat("value ", std::string_view(s, e - s),
+                                          " is out of range for its datatype"));
+    }
+    v = static_cast<T>(x);
+  }
+  if (dst) std::memcpy(dst, &v, sizeof(T));
+  return absl::OkStatus();
+}
+
+void StoreFloating(double d, DataType type, char* dst) {
+  if (!dst) return;
+  switch (type) {
+    case DataType::kFp64: std::memcpy(dst, &d, 8); break;
+    case DataType::kFp32: {
+      const float f = static_cast<float>(d);
+      std::memcpy(dst, &f, 4);
+      break;
+    }
+    case DataType::kFp16: {
+      const uint16_t h = FloatToHalf(static_cast<float>(d));
+      std::memcpy(dst, &h, 2);
+      break;
+    }
+    default: {
+      const uint16_t h = FloatToBf16(static_cast<float>(d));
+      std::memcpy(dst, &h, 2);
+      break;
+    }
+  }
+}
+
+// One scalar at json[*pos]; writes it to dst (null: only validate). Advances *pos.
+absl::Status ParseScalar(std::string_view json, size_t* pos, DataType type, std::string_view name,
+                         char* dst) {
+  const char* begin = json.data();
+  const char* p = begin + *pos;
+  const char* end = begin + json.size();
+  auto literal = [&](std::string_view word) {
+    return static_cast<size_t>(end - p) >= word.size() && std::memcmp(p, word.data(), word.size()) == 0;
+  };
+  if (*p == 't' || *p == 'f') {
+    const bool value = *p == 't';
+    if (!literal(value ? "true" : "false")) return Malformed(*pos, "invalid value");
+    if (type != DataType::kBool) {
+      return Invalid(name, IsFloating(type) ? "'data' holds a value that is not a number"
+                                            : "'data' holds a value that is not an integer");
+    }
+    if (dst) *dst = value ? 1 : 0;
+    *pos += value ? 4 : 5;
+    return absl::OkStatus();
+  }
+  if (type == DataType::kBool) {
+    if (*p == '-' || IsDigit(*p) || *p == 'N' || *p == 'I' || *p == 'n' || *p == '"' || *p == '{') {
+      return Invalid(name, "BOOL 'data' must hold true or false");
+    }
+    return Malformed(*pos, "invalid value");
+  }
+  // NaN and the infinities, as the DOM path (rapidjson's kParseNanAndInfFlag) reads them.
+  double special = 0;
+  size_t special_len = 0;
+  if (literal("NaN")) {
+    special = std::numeric_limits<double>::quiet_NaN();
+    special_len = 3;
+  } else if (literal("Infinity")) {
+    special = std::numeric_limits<double>::infinity();
+    special_len = 8;
+  } else if (literal("-Infinity")) {
+    special = -std::numeric_limits<double>::infinity();
+    special_len = 9;
+  }
+  if (special_len) {
+    if (!IsFloating(type)) return Invalid(name, "'data' holds a value that is not an integer");
+    StoreFloating(special, type, dst);
+    *pos += special_len;
+    return absl::OkStatus();
+  }
+  if (*p == 'n' || *p == '"' || *p == '{') {
+    return Invalid(name, IsFloating(type) ? "'data' holds a value that is not a number"
+                                          : "'data' holds a value that is not an integer");
+  }
+  // JSON's number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  const char* q = p;
+  if (q < end && *q == '-') ++q;
+  if (q < end && *q == '0') {
+    ++q;
+  } else if (q < end && IsDigit(*q)) {
+    while (q < end && IsDigit(*q)) ++q;
+  } else {
+    return Malformed(q - begin, "invalid value");
+  }
+  bool integral = true;
+  if (q < end && *q == '.') {
+    ++q;
+    if (q == end || !IsDigit(*q)) return Malformed(q - begin, "missing fraction part in number");
+    while (q < end && IsDigit(*q)) ++q;
+    integral = false;
+  }
+  if (q < end && (*q == 'e' || *q == 'E')) {
+    ++q;
+    if (q < end && (*q == '+' || *q == '-')) ++q;
+    if (q == end || !IsDigit(*q)) return Malformed(q - begin, "missing exponent in number");
+    while (q < end && IsDigit(*q)) ++q;
+    integral = false;
+  }
+  *pos = q - begin;
+  if (integral) {
+    switch (type) {
+      case DataType::kUint8: return StoreInt<uint8_t>(p, q, name, dst);
+      case DataType::kUint16: return StoreInt<uint16_t>(p, q, name, dst);
+      case DataType::kUint32: return StoreInt<uint32_t>(p, q, name, dst);
+      case DataType::kUint64: return StoreInt<uint64_t>(p, q, name, dst);
+      case DataType::kInt8: return StoreInt<int8_t>(p, q, name, dst);
+      case DataType::kInt16: return StoreInt<int16_t>(p, q, name, dst);
+      case DataType::kInt32: return StoreInt<int32_t>(p, q, name, dst);
+      case DataType::kInt64: return StoreInt<int64_t>(p, q, name, dst);
+      default: break;
+    }
+  }
+  double d = 0;
+  auto r = std::from_chars(p, q, d);
+  if (r.ec != std::errc() || r.ptr != q) {
+    return Malformed(p - begin, inferd::StrCat("number ", std::string_view(p, q - p),
+                                               " does not fit in a double"));
+  }
+  if (!IsFloating(type)) return Invalid(name, "'data' holds a value that is not an integer");
+  StoreFloating(d, type, dst);
+  return absl::OkStatus();
+}
+
+void SkipSpace(std::string_view json, size_t* pos) {
+  while (*pos < json.size()) {
+    const char c = json[*pos];
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+    ++*pos;
+  }
+}
+
+template <typename T>
+char* WriteInt(char* p, char* end, const char* src) {
+  T v;
+  std::memcpy(&v, src, sizeof(T));
+  return std::to_chars(p, end, v).ptr;
+}
+
+template <typename T>
+char* WriteFloat(char* p, char* end, T v) {
+  if (std::isnan(v)) {
+    std::memcpy(p, "NaN", 3);
+    return p + 3;
+  }
+  if (std::isinf(v)) {
+    if (v > 0) {
+      std::memcpy(p, "Infinity", 8);
+      return p + 8;
+    }
+    std::memcpy(p, "-Infinity", 9);
+    return p + 9;
+  }
+  char* start = p;
+  p = std::to_chars(p, end, v).ptr;
+  // Keep a decimal point or exponent so clients read a float, as JSON writers do.
+  for (char* c = start; c < p; ++c) {
+    if (*c == '.' || *c == 'e') return p;
+  }
+  *p++ = '.';
+  *p++ = '0';
+  return p;
+}
+
+}  // namespace
+
+absl::Status CheckScalarDepth(int depth, const Shape& shape, std::string_view name) {
+  if (depth == 1 || depth == static_cast<int>(shape.size())) return absl::OkStatus();
+  return Invalid(name, inferd::StrCat("'data' is nested ", depth, " levels deep but shape ",
+                                      ShapeToString(shape), " has ", shape.size(),
+                                      " dimensions; send it flat or nested like the shape"));
+}
+
+absl::Status CheckRowLength(int depth, int64_t length, const Shape& shape, std::string_view name) {
+  if (depth < 1 || depth > static_cast<int>(shape.size()) || shape[depth - 1] == length) {
+    return absl::OkStatus();
+  }
+  return Invalid(name, inferd::StrCat("a row of 'data' at nesting level ", depth, " has ", length,
+                                      " elements but shape ", ShapeToString(shape), " has ",
+                                      shape[depth - 1], " there"));
+}
+
+absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType type,
+                                 const Shape& shape, std::string_view name, size_t max_bytes,
+                                 std::string* out, int64_t* count) {
+  const size_t elem = DataTypeSize(type);
+  if (elem == 0) return Invalid(name, "unsupported datatype");
+  const size_t base = out->size();
+  out->resize(base + max_bytes);
+  char* dst = out->data() + base;
+  const size_t capacity = max_bytes / elem;
+  *count = 0;
+  auto next_dst = [&]() -> char* {
+    return static_cast<size_t>(*count) < capacity ? dst + static_cast<size_t>(*count) * elem
+                                                  : nullptr;
+  };
+  auto finish = [&](absl::Status st) {
+    out->resize(base + std::min(static_cast<size_t>(*count), capacity) * elem);
+    return st;
+  };
+
+  SkipSpace(json, pos);
+  if (*pos >= json.size()) return finish(Malformed(*pos, "the document ends inside a value"));
+  if (json[*pos] != '[') {  // a bare scalar counts as one element
+    absl::Status st = ParseScalar(json, pos, type, name, next_dst());
+    if (st.ok()) ++*count;
+    return finish(st);
+  }
+  int64_t lengths[kMaxDepth + 2];
+  int depth = 0;
+  int scalar_depth = -1;
+  const bool nested_allowed = shape.size() > 1;
+  for (;;) {
+    // At a value: an array opens, or a scalar.
+    SkipSpace(json, pos);
+    if (*pos >= json.size()) return finish(Malformed(*pos, "the document ends inside 'data'"));
+    bool closed_now = false;
+    if (json[*pos] == '[') {
+      ++depth;
+      if (depth > kMaxDepth) return finish(Invalid(name, "'data' is nested too deeply"));
+      if (scalar_depth >= 0 && depth > scalar_depth) {
+        return finish(Invalid(name, "'data' is ragged: arrays and numbers at the same level"));
+      }
+      lengths[depth] = 0;
+      ++*pos;
+      SkipSpace(json, pos);
+      if (*pos < json.size() && json[*pos] == ']') {
+        ++*pos;
+        closed_now = true;  // an empty array
+      } else {
+        continue;
+      }
+    } else {
+      if (scalar_depth < 0) {
+        scalar_depth = depth;
+        if (!(depth == 1 || (nested_allowed && depth == static_cast<int>(shape.size())))) {
+          return finish(CheckScalarDepth(depth, shape, name));
+        }
+      } else if (depth != scalar_depth) {
+        return finish(Invalid(name, "'data' is ragged: numbers at different nesting levels"));
+      }
+      absl::Status st = ParseScalar(json, pos, type, name, next_dst());
+      if (!st.ok()) return finish(st);
+      ++*count;
+      ++lengths[depth];
+    }
+    // After a value: ',' continues the array, ']' closes it (and maybe its parents).
+    for (;;) {
+      if (closed_now) {
+        closed_now = false;
+        if (scalar_depth > 1) {
+          absl::Status st = CheckRowLength(depth, lengths[depth], shape, name);
+          if (!st.ok()) return finish(st);
+        }
+        --depth;
+        if (depth == 0) return finish(absl::OkStatus());
+        ++lengths[depth];
+      }
+      SkipSpace(json, pos);
+      if (*pos >= json.size()) return finish(Malformed(*pos, "the document ends inside 'data'"));
+      const char c = json[*pos];
+      ++*pos;
+      if (c == ',') break;
+      if (c == ']') {
+        closed_now = true;
+        continue;
+      }
+      return finish(Malformed(*pos - 1, "missing a comma or ']' after an array element"));
+    }
+  }
+}
+
+void AppendJsonTensorData(std::string_view data, DataType type, std::string* out) {
+  const size_t size = DataTypeSize(type);
+  const size_t n = size ? data.size() / size : 0;
+  // Formatted in chunks on the stack, appended in bulk: no per-number allocation.
+  char chunk[16384];
+  char* p = chunk;
+  char* const limit = chunk + sizeof(chunk) - 64;
+  out->push_back('[');
+  const char* src = data.data();
+  for (size_t i = 0; i < n; ++i, src += size) {
+    if (i) *p++ = ',';
+    char* const end = chunk + sizeof(chunk);
+    switch (type) {
+      case DataType::kBool:
+        if (*src) {
+          std::memcpy(p, "true", 4);
+          p += 4;
+        } else {
+          std::memcpy(p, "false", 5);
+          p += 5;
+        }
+        break;
+      case DataType::kUint8: p = WriteInt<uint8_t>(p, end, src); break;
+      case DataType::kUint16: p = WriteInt<uint16_t>(p, end, src); break;
+      case DataType::kUint32: p = WriteInt<uint32_t>(p, end, src); break;
+      case DataType::kUint64: p = WriteInt<uint64_t>(p, end, src); break;
+      case DataType::kInt8: p = WriteInt<int8_t>(p, end, src); break;
+      case DataType::kInt16: p = WriteInt<int16_t>(p, end, src); break;
+      case DataType::kInt32: p = WriteInt<int32_t>(p, end, src); break;
+      case DataType::kInt64: p = WriteInt<int64_t>(p, end, src); break;
+      case DataType::kFp32: {
+        float x;
+        std::memcpy(&x, src, 4);
+        p = WriteFloat(p, end, x);
+        break;
+      }
+      case DataType::kFp64: {
+        double x;
+        std::memcpy(&x, src, 8);
+        p = WriteFloat(p, end, x);
+        break;
+      }
+      case DataType::kFp16: {
+        uint16_t x;
+        std::memcpy(&x, src, 2);
+        p = WriteFloat(p, end, HalfToFloat(x));
+        break;
+      }
+      case DataType::kBf16: {
+        uint16_t x;
+        std::memcpy(&x, src, 2);
+        p = WriteFloat(p, end, Bf16ToFloat(x));
+        break;
+      }
+      default: break;
+    }
+    if (p >= limit) {
+      out->append(chunk, p - chunk);
+      p = chunk;
+    }
+  }
+  out->append(chunk, p - chunk);
+  out->push_back(']');
+}
+
+}  // namespace inferd::http

@@ -1,0 +1,35 @@
+// JSON tensor `data` at binary-like speed: a tensor's numbers are parsed straight from the
+// request text into the tensor buffer (no DOM, one pass, std::from_chars: exact, and
+// libstdc++'s is the fast_float algorithm), and written with std::to_chars into one buffer.
+// Strict JSON number grammar; NaN / Infinity / -Infinity accepted for floating types, as the
+// DOM path accepts them. BYTES tensors take the DOM path (strings need unescaping).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "common/data_type.h"
+
+namespace inferd::http {
+
+// Parses the JSON value at json[*pos] (a number, true/false, or nested arrays of them) as
+// `type` elements, appending them to `out` in row-major order; on success *pos is just past
+// the value. `data` may be flat, or nested exactly as deep as `shape` with every row as long as
+// its dimension; anything else is INVALID_ARGUMENT naming `name`. *count: elements seen (also
+// past the shape's count, so the caller can say how many came). Nothing is appended past
+// `max_bytes` (the elements are still counted).
+absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType type,
+                                 const Shape& shape, std::string_view name, size_t max_bytes,
+                                 std::string* out, int64_t* count);
+
+// Appends `data` (`type` elements, not BYTES) as a flat JSON array.
+void AppendJsonTensorData(std::string_view data, DataType type, std::string* out);
+
+// The nesting rule for `data` (flat, or as deep as `shape` with rows of its lengths), given
+// the depth at which the first scalar sits; OK or the error naming `name`.
+absl::Status CheckScalarDepth(int depth, const Shape& shape, std::string_view name);
+absl::Status CheckRowLength(int depth, int64_t length, const Shape& shape, std::string_view name);
+
+}  // namespace inferd::http
