@@ -243,8 +243,10 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
       next(std::move(response));
     };
   }
+  // As in Triton, only the default and dynamic-batch schedulers cache: a sequence carries
+  // state from request to request, which an answer from the cache would skip.
   if (response_cache_ != nullptr && (*model)->config().response_cache().enable() &&
-      !ServeFromCache(**model, request)) {
+      !(*model)->config().has_sequence_batching() && !ServeFromCache(**model, request)) {
     return;
   }
   (*model)->Enqueue(std::move(request));
