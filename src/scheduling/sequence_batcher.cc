@@ -448,6 +448,29 @@ void SequenceBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
 
 size_t SequenceBatcher::QueuedLocked() const { return queued_; }
 
+size_t SequenceBatcher::Queued() const {
+  inferd::MutexLock lock(&mu_);
+  return queued_;
+}
+
+std::vector<std::unique_ptr<core::InferRequest>> SequenceBatcher::DropAbandonedLocked(
+    uint64_t now_ns) {
+  std::vector<std::unique_ptr<core::InferRequest>> dropped;
+  for (auto& seq : slots_) {
+    if (seq == nullptr || seq->executing) continue;
+    while (!seq->queue.empty()) {
+      const core::InferRequest& r = *seq->queue.front().request;
+      const bool cancelled = r.cancel != nullptr && r.cancel->IsCancelled();
+      const bool expired = r.deadline_ns != 0 && now_ns >= r.deadline_ns;
+      if (!cancelled && !expired) break;
+      dropped.push_back(std::move(seq->queue.front().request));
+      seq->queue.pop_front();
+      --queued_;
+    }
+  }
+  return dropped;
+}
+
 bool SequenceBatcher::SlotReadyLocked(int slot) const {
   const Sequence* s = slots_[slot].get();
   return s != nullptr && !s->executing && !s->queue.empty();
@@ -631,6 +654,23 @@ void SequenceBatcher::BatcherLoop() {
       mu_.Lock();
       continue;
     }
+    if (auto dropped = DropAbandonedLocked(core::NowNs()); !dropped.empty()) {
+      mu_.Unlock();
+      for (auto& r : dropped) {
+        const bool cancelled = r->cancel != nullptr && r->cancel->IsCancelled();
+        stats_->RecordFailure(core::NowNs() - r->times.received_ns,
+                              cancelled ? metrics::FailureReason::kCanceled
+                                        : metrics::FailureReason::kTimeout);
+        const std::string what = StrCat("request for sequence ", SequenceLabel(r->sequence_id),
+                                        " of model '", model_name_, "'");
+        core::CompleteWithError(
+            std::move(r), cancelled ? absl::CancelledError(StrCat(what, " was cancelled"))
+                                    : absl::DeadlineExceededError(
+                                          StrCat(what, " passed its deadline in the queue")));
+      }
+      mu_.Lock();
+      continue;
+    }
     bool assigned = false;
     for (size_t i = 0; i < runners_.size(); ++i) {
       Runner& runner = *runners_[i];
@@ -734,6 +774,7 @@ void SequenceBatcher::InstanceLoop(size_t index) {
       }
     }
     if (any_ok) stats_->RecordExecution(total, input_ns, infer_ns, output_ns);
+    const uint64_t done_ns = now_ns_();  // idle time counts from the answer
     for (size_t i = 0; i < n; ++i) {
       core::InferCallback cb = std::move(batch[i].request->on_complete);
       batch[i].request.reset();
@@ -741,10 +782,9 @@ void SequenceBatcher::InstanceLoop(size_t index) {
     }
     {
       inferd::MutexLock lock(&mu_);
-      const uint64_t now = now_ns_();
       for (size_t i = 0; i < n; ++i) {
         batch[i].sequence->executing = false;
-        batch[i].sequence->last_ns = now;
+        batch[i].sequence->last_ns = done_ns;
       }
       executing_ -= n;
       runners_[index]->busy = false;

@@ -62,6 +62,7 @@ class SequenceBatcher : public Scheduler {
   void Enqueue(std::unique_ptr<core::InferRequest> request) override;
   void Shutdown() override;
   size_t InFlight() const override;
+  size_t Queued() const override;
 
   // What one control input feeds the model.
   struct Control {
@@ -127,6 +128,10 @@ class SequenceBatcher : public Scheduler {
   void RememberExpiredLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t QueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool SlotReadyLocked(int slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the queued requests whose client left or whose deadline passed off the fronts of the
+  // slots' queues (they are answered unrun; the sequence's state is untouched).
+  std::vector<std::unique_ptr<core::InferRequest>> DropAbandonedLocked(uint64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRequest(const core::InferRequest& r) const;
 
   const std::string model_name_;

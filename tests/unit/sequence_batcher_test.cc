@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -90,8 +91,10 @@ class SequenceBatcherTest : public ::testing::Test {
     batcher_ = *std::move(b);
   }
 
-  std::shared_ptr<Result> Send(uint64_t seq, int32_t x, bool start = false, bool end = false) {
+  std::shared_ptr<Result> Send(uint64_t seq, int32_t x, bool start = false, bool end = false,
+                               std::shared_ptr<core::CancellationToken> cancel = nullptr) {
     auto r = std::make_unique<core::InferRequest>();
+    r->cancel = std::move(cancel);
     r->sequence_id.number = seq;
     r->sequence_start = start;
     r->sequence_end = end;
@@ -110,6 +113,11 @@ class SequenceBatcherTest : public ::testing::Test {
   std::shared_ptr<Result> Wait(std::shared_ptr<Result> r) {
     EXPECT_TRUE(r->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     return r;
+  }
+  // Until the instance thread has marked every sequence idle again (it does so right after
+  // delivering the answers).
+  void WaitIdle() {
+    for (int i = 0; i < 10000 && batcher_->InFlight() != 0; ++i) absl::SleepFor(absl::Milliseconds(1));
   }
 
   std::atomic<uint64_t> now_{1000};
@@ -139,6 +147,17 @@ TEST_F(SequenceBatcherTest, CarriesStateAndInjectsControls) {
   EXPECT_THAT(d->status.message(), HasSubstr("sequence 7 to model 'm' must specify the START flag"));
 }
 
+TEST_F(SequenceBatcherTest, CancelledRequestIsAnsweredUnrunAndLeavesTheState) {
+  Start("direct {}");
+  ASSERT_TRUE(Wait(Send(3, 10, true))->status.ok());
+  auto token = std::make_shared<core::CancellationToken>();
+  token->Cancel();
+  auto r = Wait(Send(3, 100, false, false, token));
+  EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(r->status.message(), HasSubstr("sequence 3"));
+  EXPECT_EQ(I32(Wait(Send(3, 1, false, true))->outputs["OUT"]), 11);
+}
+
 TEST_F(SequenceBatcherTest, RefusesRequestsWithoutACorrelationId) {
   Start("direct {}");
   auto r = Wait(Send(0, 1, true));
@@ -149,8 +168,10 @@ TEST_F(SequenceBatcherTest, RefusesRequestsWithoutACorrelationId) {
 TEST_F(SequenceBatcherTest, IdleSequenceLosesItsSlot) {
   Start("direct {}", 1, 1, /*idle_us=*/1000);
   ASSERT_TRUE(Wait(Send(1, 1, true))->status.ok());
+  WaitIdle();
   now_ += 999'000;  // just inside the limit
   EXPECT_EQ(I32(Wait(Send(1, 1))->outputs["OUT"]), 2);
+  WaitIdle();
   now_ += 1'000'001;
   auto r = Wait(Send(1, 1));
   EXPECT_EQ(r->status.code(), absl::StatusCode::kInvalidArgument);
