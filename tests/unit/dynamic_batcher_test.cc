@@ -98,6 +98,12 @@ class DynamicBatcherTest : public ::testing::Test {
     EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DynamicBatcherTest::HasBatch), absl::Seconds(10)));
   }
 
+  // A test that failed with the instance still held must not hang in the batcher's shutdown.
+  void TearDown() override {
+    if (!gate_.HasBeenNotified()) gate_.Notify();
+    batcher_.reset();
+  }
+
   size_t target_ = 0;
 
   inferd::Mutex mu_;
@@ -253,6 +259,7 @@ TEST_F(DynamicBatcherTest, CancelledQueuedRequestIsAnsweredAtOnceAndNeverRuns) {
   WaitCompleted(1);  // while "a" still holds the only instance
   {
     inferd::MutexLock lock(&mu_);
+    ASSERT_EQ(completed_.size(), 1u);
     EXPECT_EQ(completed_[0], "gone");
     EXPECT_THAT(errors_["gone"], HasSubstr("cancelled by the client"));
   }
@@ -275,6 +282,7 @@ TEST_F(DynamicBatcherTest, ClientDeadlineFiresWhileTheInstanceIsBusy) {
   WaitCompleted(1);
   {
     inferd::MutexLock lock(&mu_);
+    ASSERT_EQ(completed_.size(), 1u);
     EXPECT_EQ(completed_[0], "late");
     EXPECT_THAT(errors_["late"], HasSubstr("timed out: waited"));
     EXPECT_THAT(errors_["late"], HasSubstr("the client's deadline"));
