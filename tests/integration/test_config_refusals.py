@@ -18,8 +18,9 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
 
 # model name -> (what its config adds to `simple`'s, what the reason must say)
 REFUSED = {
-    "seq": ("sequence_batching { max_sequence_idle_microseconds: 5000000 }\n",
-            "config.pbtxt field 'sequence_batching' is not supported by inferd"),
+    "seq": ("sequence_batching { oldest { preserve_ordering: true } }\n",
+            "config.pbtxt field 'sequence_batching.oldest.preserve_ordering' is not supported "
+            "by inferd"),
     "unknown_param": ('parameters { key: "intra_op_threads" value: { string_value: "1" } }\n',
                       "config.pbtxt field 'parameters' key 'intra_op_threads' is not supported "
                       "by inferd's onnxruntime backend"),
