@@ -206,7 +206,7 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     return;
   }
   request->model_version = (*model)->version();
-  if ((*model)->config().model_transaction_policy().decoupled() && !std::getenv("INFERD_BREAK_D4")) {
+  if ((*model)->config().model_transaction_policy().decoupled()) {
     const backends::Backend* backend =
         backends_ != nullptr ? backends_->Find((*model)->config().backend()) : nullptr;
     absl::Status st = core::PrepareDecoupledRequest(
