@@ -24,7 +24,7 @@ APT_PACKAGES=(
   libgoogle-perftools-dev zlib1g-dev
   buildah debootstrap
   nginx python3-kubernetes
-  heaptrack
+  heaptrack patchelf
 )
 
 missing=()
