@@ -191,8 +191,8 @@ def test_classification_over_grpc(stub, pb):
 
 def test_unimplemented_rpcs_say_so(stub, pb):
     m = pb[0]
-    for call, req in ((stub.SystemSharedMemoryStatus, m.SystemSharedMemoryStatusRequest()),
-                      (stub.CudaSharedMemoryRegister, m.CudaSharedMemoryRegisterRequest()),
+    # (System shared memory is implemented: tests/integration/test_shared_memory.py.)
+    for call, req in ((stub.CudaSharedMemoryRegister, m.CudaSharedMemoryRegisterRequest()),
                       (stub.TraceSetting, m.TraceSettingRequest()),
                       (stub.LogSettings, m.LogSettingsRequest())):
         with pytest.raises(grpc.RpcError) as e:
