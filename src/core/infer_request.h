@@ -81,6 +81,10 @@ struct InferResponse {
 };
 
 using InferCallback = std::function<void(std::unique_ptr<InferResponse>)>;
+// One response of a request that may get several (decoupled models, core/response_sender.h);
+// `final` marks the last call, whose response may be null (the final flag alone).
+using ResponseCallback = std::function<void(std::unique_ptr<InferResponse>, bool final)>;
+class ResponseSender;
 
 // Triton's correlation ID (the `sequence_id` parameter): an unsigned integer or a string. Zero
 // or the empty string means none.
