@@ -70,8 +70,12 @@ def start_fleet(tmp_path, n, repository, *extra, budget=None, env=None):
     env = {**os.environ, "INFERD": str(INFERD_BIN), "PATH": os.environ.get("PATH", "") + ":/usr/sbin",
            **(env or {})}
     err = open(err_path, "wb")
+    # SIGINT back to its default in the child: where the test run itself was started in the
+    # background (SIGINT ignored, as a non-interactive shell does for `&`), bash could not trap
+    # it ("signals ignored upon entry cannot be trapped") and the SIGINT stop below would hang.
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                            env=env, text=True)
+                            env=env, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err.close()
     # A thread reads the output: select() on a buffered pipe would miss lines already read.
     lines = queue.Queue()
