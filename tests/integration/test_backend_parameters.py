@@ -232,6 +232,8 @@ def test_torch_settings_apply_per_model_around_forward(tmp_path, server_factory)
     srv = server_factory(repo, ["--model-control-mode=explicit"])
     for name in ["inference_mode", "no_inference_mode", "threads3", "threads1"]:
         r = srv.post(f"/v2/repository/models/{name}/load", json={})  # threads1 loads last
+        if "backend 'pytorch' is not available" in r.text:
+            pytest.skip("this build has no LibTorch backend (the sanitizer builds leave it out)")
         assert r.status_code == 200, r.text
     r = srv.post("/v2/repository/models/bad_bool/load", json={})
     assert r.status_code == 400 and "INFERENCE_MODE" in r.text and "maybe" in r.text, r.text
