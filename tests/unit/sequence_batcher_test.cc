@@ -4,9 +4,11 @@
 #include "scheduling/sequence_batcher.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,8 +61,28 @@ class Accumulator : public backends::ModelInstance {
   inferd::Mutex* mu_;
 };
 
+// A notification on std::mutex (the instance thread answers, the test thread reads): Debian's
+// Abseil is not built with ThreadSanitizer, which would not see absl::Notification's ordering.
+class Done {
+ public:
+  void Notify() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  bool WaitForNotificationWithTimeout(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
 struct Result {
-  absl::Notification done;
+  Done done;
   absl::Status status;
   std::map<std::string, std::string> outputs;
 };
