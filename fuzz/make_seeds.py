@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Writes the generated seed inputs of the fuzzers that take images and archives, so no image
-or archive is kept in git: `make_seeds.py <fuzzer> <dir>`. Regression inputs found by fuzzing
+"""Writes the generated seed inputs of the fuzzers that take images, archives and ONNX models,
+so none is kept in git: `make_seeds.py <fuzzer> <dir>`. Regression inputs found by fuzzing
 stay in fuzz/corpus/<fuzzer>/ (scripts/test.sh copies both)."""
 
+import contextlib
 import io
 import struct
 import sys
@@ -91,8 +92,30 @@ def sagemaker_seeds():
     return {f"seed{i}": struct.pack("<Q", n) + ct for i, (n, ct) in enumerate(cases)}
 
 
+def onnx_seeds():
+    """Small real ONNX models: tensor ones (a Conv, strings, an If with subgraphs), ones with
+    sequence, map and optional inputs or outputs, an unknown operator, and the example
+    repository's `simple` and `add_sub_autocomplete` models as gen_models.py writes them."""
+    from onnx import TensorProto
+    models = Path(__file__).resolve().parents[1] / "tests" / "models"
+    sys.path.insert(0, str(models))
+    import gen_models
+    import onnx_odd_models
+    seeds = {f"{name}.onnx": build().SerializeToString()
+             for name, build in onnx_odd_models.SEED_MODELS.items()}
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, dtype, dims in [("simple", TensorProto.INT32, ["batch", 16]),
+                                  ("add_sub_autocomplete", TensorProto.FLOAT, ["batch", 4])]:
+            path = Path(tmp) / name / "model.onnx"
+            with contextlib.redirect_stdout(io.StringIO()):  # it reports each file it wrote
+                gen_models._save_model(gen_models.add_sub_graph(dtype, dims), str(path))
+            seeds[f"example_{name}.onnx"] = path.read_bytes()
+    return seeds
+
+
 SEEDS = {"image_decode_fuzz": image_seeds, "archive_fuzz": archive_seeds,
-         "sagemaker_content_type_fuzz": sagemaker_seeds}
+         "sagemaker_content_type_fuzz": sagemaker_seeds, "onnx_load_fuzz": onnx_seeds}
 
 if __name__ == "__main__":
     fuzzer, out = sys.argv[1], Path(sys.argv[2])
