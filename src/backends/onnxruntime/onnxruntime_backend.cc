@@ -68,6 +68,56 @@ ONNXTensorElementDataType ToOrt(DataType t) {
   }
 }
 
+// One input or output of a model file, as ONNX Runtime reads it.
+struct ModelIo {
+  std::string name;
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> shape;  // -1 for a variable dimension; empty for a scalar or unknown rank
+};
+
+std::string_view OnnxTypeName(ONNXType t) {
+  switch (t) {
+    case ONNX_TYPE_SEQUENCE: return "a sequence type";
+    case ONNX_TYPE_MAP: return "a map type";
+    case ONNX_TYPE_OPAQUE: return "an opaque type";
+    case ONNX_TYPE_SPARSETENSOR: return "a sparse tensor type";
+    case ONNX_TYPE_OPTIONAL: return "an optional type";
+    default: return "not a tensor type";
+  }
+}
+
+// The model file's inputs (input = true) or outputs. Triton's onnxruntime backend serves tensor
+// inputs and outputs only; a sequence, map, optional or sparse one (sklearn's ZipMap output,
+// say) fails the load here, naming it, instead of reaching code that reads it as a tensor.
+absl::StatusOr<std::vector<ModelIo>> ListModelIo(Ort::Session& session, bool input) {
+  Ort::AllocatorWithDefaultOptions alloc;
+  std::vector<ModelIo> ios;
+  const size_t count = input ? session.GetInputCount() : session.GetOutputCount();
+  for (size_t i = 0; i < count; ++i) {
+    ModelIo io;
+    io.name = input ? session.GetInputNameAllocated(i, alloc).get()
+                    : session.GetOutputNameAllocated(i, alloc).get();
+    Ort::TypeInfo ti = input ? session.GetInputTypeInfo(i) : session.GetOutputTypeInfo(i);
+    const ONNXType kind = ti.GetONNXType();
+    if (kind != ONNX_TYPE_TENSOR) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          input ? "input '" : "output '", io.name, "' is ", OnnxTypeName(kind),
+          "; inferd serves tensor ", input ? "inputs" : "outputs", " only"));
+    }
+    auto tinfo = ti.GetTensorTypeAndShapeInfo();
+    const ONNXTensorElementDataType element = tinfo.GetElementType();
+    io.type = FromOrt(element);
+    if (io.type == DataType::kInvalid) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          input ? "input '" : "output '", io.name, "' has ONNX element type ",
+          static_cast<int>(element), ", which inferd does not serve"));
+    }
+    io.shape = tinfo.GetShape();
+    ios.push_back(std::move(io));
+  }
+  return ios;
+}
+
 // Keeps an output value, and the session whose allocator owns its memory, alive until the
 // response is sent. Members are destroyed in reverse order: the value before the session.
 struct OutputHolder {
@@ -417,28 +467,12 @@ class OnnxRuntimeBackend : public Backend {
       options.SetIntraOpNumThreads(1);
       options.SetGraphOptimizationLevel(ORT_DISABLE_ALL);
       Ort::Session session(GlobalEnv(), model_path.c_str(), options);
-      Ort::AllocatorWithDefaultOptions alloc;
-      struct Io {
-        std::string name;
-        DataType type;
-        std::vector<int64_t> shape;
-      };
-      auto collect = [&](bool input) {
-        std::vector<Io> ios;
-        const size_t count = input ? session.GetInputCount() : session.GetOutputCount();
-        for (size_t i = 0; i < count; ++i) {
-          Io io;
-          io.name = input ? session.GetInputNameAllocated(i, alloc).get()
-                          : session.GetOutputNameAllocated(i, alloc).get();
-          Ort::TypeInfo ti = input ? session.GetInputTypeInfo(i) : session.GetOutputTypeInfo(i);
-          auto tinfo = ti.GetTensorTypeAndShapeInfo();
-          io.type = FromOrt(tinfo.GetElementType());
-          io.shape = tinfo.GetShape();
-          ios.push_back(std::move(io));
-        }
-        return ios;
-      };
-      std::vector<Io> ins = collect(true), outs = collect(false);
+      auto listed_ins = ListModelIo(session, true);
+      if (!listed_ins.ok()) return AutoCompleteError(model_path, listed_ins.status());
+      auto listed_outs = ListModelIo(session, false);
+      if (!listed_outs.ok()) return AutoCompleteError(model_path, listed_outs.status());
+      const std::vector<ModelIo>& ins = *listed_ins;
+      const std::vector<ModelIo>& outs = *listed_outs;
       // Batching is assumed when every input and output has a variable first dimension.
       bool can_batch = !ins.empty() || !outs.empty();
       for (const auto* list : {&ins, &outs}) {
@@ -478,11 +512,15 @@ class OnnxRuntimeBackend : public Backend {
           if (has_reshape) *out->mutable_reshape() = reshape;
         }
       }
-    } catch (const Ort::Exception& e) {
-      return absl::InvalidArgumentError(
-          inferd::StrCat("cannot read '", model_path, "' to auto-complete its config: ", e.what()));
+    } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
+      return AutoCompleteError(model_path, absl::InvalidArgumentError(e.what()));
     }
     return absl::OkStatus();
+  }
+
+  static absl::Status AutoCompleteError(const std::string& model_path, const absl::Status& why) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "cannot read '", model_path, "' to auto-complete its config: ", why.message()));
   }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
@@ -501,7 +539,7 @@ class OnnxRuntimeBackend : public Backend {
       if (!status.ok()) return status;
       return std::unique_ptr<ModelInstance>(
           new OrtInstance(spec.config, std::move(session), *std::move(settings)));
-    } catch (const Ort::Exception& e) {
+    } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return absl::InvalidArgumentError(inferd::StrCat("onnxruntime: failed to load '",
                                                      spec.model_path, "': ", e.what()));
     }
@@ -510,38 +548,66 @@ class OnnxRuntimeBackend : public Backend {
  private:
   int default_max_batch_size_ = 4;  // written by Configure before any load, then read-only
 
-  // Every config input and output must exist in the model file with the same type.
+  // Every config input and output must exist in the model file with the same data type and a
+  // shape the file allows (Triton's onnxruntime backend: ValidateInputs / ValidateOutputs). The
+  // shape compared is the reshape where the config has one, after the batch dimension where
+  // the model batches; a dimension the file leaves variable (-1) matches any.
   static absl::Status CheckIo(const config::ModelConfig& config, Ort::Session& session) {
-    Ort::AllocatorWithDefaultOptions alloc;
-    auto check = [&](bool input, const std::string& name, inference::DataType type) -> absl::Status {
-      const size_t count = input ? session.GetInputCount() : session.GetOutputCount();
-      for (size_t i = 0; i < count; ++i) {
-        std::string n = input ? session.GetInputNameAllocated(i, alloc).get()
-                              : session.GetOutputNameAllocated(i, alloc).get();
-        if (n != name) continue;
-        Ort::TypeInfo ti = input ? session.GetInputTypeInfo(i) : session.GetOutputTypeInfo(i);
-        DataType model_type = FromOrt(ti.GetTensorTypeAndShapeInfo().GetElementType());
-        if (model_type != config::FromProto(type)) {
+    auto ins = ListModelIo(session, true);
+    if (!ins.ok()) return Prefixed(config, ins.status());
+    auto outs = ListModelIo(session, false);
+    if (!outs.ok()) return Prefixed(config, outs.status());
+    const bool batching = config.max_batch_size() > 0;
+    auto check = [&](bool input, const std::vector<ModelIo>& ios, const std::string& name,
+                     inference::DataType type, const google::protobuf::RepeatedField<int64_t>& dims,
+                     const inference::ModelTensorReshape* reshape) -> absl::Status {
+      const char* kind = input ? "input" : "output";
+      for (const ModelIo& io : ios) {
+        if (io.name != name) continue;
+        if (io.type != config::FromProto(type)) {
           return absl::InvalidArgumentError(inferd::StrCat(
-              "model '", config.name(), "': ", input ? "input" : "output", " '", name,
-              "' is ", DataTypeName(model_type), " in the model file but ",
-              config::ProtoTypeName(type), " in config.pbtxt"));
+              "model '", config.name(), "': ", kind, " '", name, "' is ", DataTypeName(io.type),
+              " in the model file but ", config::ProtoTypeName(type), " in config.pbtxt"));
+        }
+        // An empty shape is a scalar or a tensor of unknown rank: ONNX Runtime does not say
+        // which, so nothing is compared.
+        if (io.shape.empty()) return absl::OkStatus();
+        Shape expected;
+        if (batching) expected.push_back(-1);
+        const auto& config_dims = reshape != nullptr ? reshape->shape() : dims;
+        expected.insert(expected.end(), config_dims.begin(), config_dims.end());
+        bool matches = expected.size() == io.shape.size();
+        for (size_t i = 0; matches && i < expected.size(); ++i) {
+          if (io.shape[i] >= 0 && expected[i] != io.shape[i]) matches = false;
+        }
+        if (!matches) {
+          return absl::InvalidArgumentError(inferd::StrCat(
+              "model '", config.name(), "': ", kind, " '", name, "' has shape ",
+              ShapeToString(io.shape), " in the model file but config.pbtxt gives ",
+              ShapeToString(expected),
+              batching ? " (max_batch_size > 0 adds the batch dimension first)" : "",
+              reshape != nullptr ? " (its reshape)" : ""));
         }
         return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': ",
-                                                     input ? "input" : "output", " '", name,
-                                                     "' in config.pbtxt is not in the model file"));
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", config.name(), "': ", kind, " '", name, "' in config.pbtxt is not in the model file"));
     };
     for (const auto& in : config.input()) {
-      auto st = check(true, in.name(), in.data_type());
+      auto st = check(true, *ins, in.name(), in.data_type(), in.dims(),
+                      in.has_reshape() ? &in.reshape() : nullptr);
       if (!st.ok()) return st;
     }
     for (const auto& out : config.output()) {
-      auto st = check(false, out.name(), out.data_type());
+      auto st = check(false, *outs, out.name(), out.data_type(), out.dims(),
+                      out.has_reshape() ? &out.reshape() : nullptr);
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
+  }
+
+  static absl::Status Prefixed(const config::ModelConfig& config, const absl::Status& st) {
+    return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': ", st.message()));
   }
 };
 
