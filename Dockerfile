@@ -29,7 +29,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
  && apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build ccache pkg-config ca-certificates \
-      libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libarchive-dev \
+      libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libfast-float-dev libarchive-dev \
       libcurl4-openssl-dev libgrpc++-dev protobuf-compiler-grpc libgtest-dev libgmock-dev \
       libjpeg62-turbo-dev libpng-dev libgoogle-perftools-dev \
  && rm -rf /var/lib/apt/lists/*

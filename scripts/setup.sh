@@ -13,10 +13,11 @@ CACHE_DIR="${INFERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd}"
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
-  libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libarchive-dev libcurl4-openssl-dev
+  libabsl-dev libprotobuf-dev protobuf-compiler rapidjson-dev libfast-float-dev libarchive-dev libcurl4-openssl-dev
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools python3-prometheus-client
   libgtest-dev libgmock-dev
   python3-numpy python3-onnx python3-requests python3-pytest python3-sentencepiece
+  libonnx-testdata
   python3-torch python3-torchvision libtorch-dev
   wrk clang libclang-rt-14-dev
   chromium

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "common/strings.h"
 #include "gmock/gmock.h"
@@ -248,6 +249,133 @@ TEST(InferCodecNestingTest, NestingFollowsTheShape) {
               ::testing::HasSubstr("input 'x': 'data' is nested 3 levels deep"));
   EXPECT_THAT(std::string(parse("[[1,2],[3,4],[5,6]]").status().message()),
               ::testing::HasSubstr("input 'x': a row of 'data'"));
+}
+
+// The fast_float path keeps JSON's number grammar: what JSON refuses is 400 with the offset of
+// the fault, and accepted numbers are the nearest double (then cast for FP32), as strtod gives.
+TEST(InferCodecJsonNumbersTest, StrictGrammarAndExactValues) {
+  auto parse = [](std::string_view datatype, std::string_view data) {
+    return ParseInferRequest(inferd::StrCat(R"({"inputs":[{"name":"x","shape":[1],"datatype":")",
+                                            datatype, R"(","data":[)", data, "]}]}"),
+                             std::nullopt, nullptr);
+  };
+  for (const char* bad : {"1.", "1.e5", "01", "-01", "1e", "1e+", "1.5E-", "-", "-.5", ".5", "+1",
+                          "inf", "nan", "infinity", "1e-400", "2e308", "0x10", "1_0", "--1"}) {
+    for (const char* dt : {"FP32", "FP64", "FP16"}) {
+      auto r = parse(dt, bad);
+      ASSERT_FALSE(r.ok()) << dt << " " << bad;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    }
+  }
+  // The offsets the serial scanner gave: just past the '.', and past the exponent's sign.
+  const size_t data_at = std::string_view(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[)").size();
+  EXPECT_THAT(std::string(parse("FP32", "1.e5").status().message()),
+              HasSubstr(inferd::StrCat("at offset ", data_at + 2, ": missing fraction part in number")));
+  EXPECT_THAT(std::string(parse("FP32", "1.5E-").status().message()),
+              HasSubstr(inferd::StrCat("at offset ", data_at + 5, ": missing exponent in number")));
+  EXPECT_THAT(std::string(parse("FP64", "1e-400").status().message()),
+              HasSubstr("number 1e-400 does not fit in a double"));
+  for (const char* good : {"0", "-0", "0.0", "-0.0", "0e44", "1E5", "1.5e+3", "-2.5E-3", "4.9e-324",
+                           "0.10000000149011612", "3.4028235677973366e38", "1.00000005960464477539",
+                           "123456789012345678901234567890e-30", "7.0064923216240862e-46"}) {
+    auto r64 = parse("FP64", good);
+    ASSERT_TRUE(r64.ok()) << good << ": " << r64.status();
+    const double want = std::strtod(good, nullptr);
+    const double got = As<double>(r64->request->inputs[0].data)[0];
+    EXPECT_EQ(std::memcmp(&got, &want, 8), 0) << good;
+    auto r32 = parse("FP32", good);
+    ASSERT_TRUE(r32.ok()) << good << ": " << r32.status();
+    const float want32 = static_cast<float>(want);
+    const float got32 = As<float>(r32->request->inputs[0].data)[0];
+    EXPECT_EQ(std::memcmp(&got32, &want32, 4), 0) << good;
+  }
+}
+
+// Large flat arrays are parsed in slices on several threads and large outputs written so: the
+// result is the same as the serial parse element for element, errors are the serial parser's,
+// and nested or too-long data still takes the serial path.
+TEST(InferCodecJsonNumbersTest, LargeArraysInSlices) {
+  constexpr size_t kN = 300000;  // ~6 MB of text: several slices
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0, 1e3);
+  std::vector<std::string> texts(kN);
+  char buf[64];
+  for (size_t i = 0; i < kN; ++i) {
+    const double v = normal(rng) * std::pow(10.0, static_cast<int>(rng() % 40) - 20);
+    std::snprintf(buf, sizeof(buf), i % 3 ? "%.17g" : "%.9g", v);
+    texts[i] = buf;
+  }
+  texts[12345] = "NaN";
+  texts[200000] = "-Infinity";
+  std::string data;
+  data.reserve(kN * 26);
+  for (size_t i = 0; i < kN; ++i) {
+    if (i) data += (i % 7 == 0) ? " ,\n " : ",";
+    data += texts[i];
+  }
+  auto request = [&](std::string_view dt, std::string_view shape, const std::string& d) {
+    return inferd::StrCat(R"({"inputs":[{"name":"x","shape":[)", shape, R"(],"datatype":")", dt,
+                          R"(","data":)", d, "}]}");
+  };
+  for (const char* dt : {"FP64", "FP32"}) {
+    auto r = ParseInferRequest(request(dt, std::to_string(kN), "[ " + data + " ]"), std::nullopt,
+                               nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string_view got = r->request->inputs[0].data;
+    for (size_t i = 0; i < kN; ++i) {
+      const double want = std::strtod(texts[i].c_str(), nullptr);
+      if (std::string(dt) == "FP64") {
+        double g;
+        std::memcpy(&g, got.data() + i * 8, 8);
+        ASSERT_TRUE(std::memcmp(&g, &want, 8) == 0 || (std::isnan(g) && std::isnan(want)))
+            << i << " " << texts[i];
+      } else {
+        float g;
+        const float w = static_cast<float>(want);
+        std::memcpy(&g, got.data() + i * 4, 4);
+        ASSERT_TRUE(std::memcmp(&g, &w, 4) == 0 || (std::isnan(g) && std::isnan(w)))
+            << i << " " << texts[i];
+      }
+    }
+    // Written back (in slices) and read again: the same numbers, in order.
+    core::InferResponse response;
+    response.model_name = "m";
+    auto& out = response.outputs.emplace_back();
+    out.name = "y";
+    out.datatype = DataTypeFromString(dt);
+    out.shape = {static_cast<int64_t>(kN)};
+    const std::string copy(got);
+    out.data = copy;
+    HttpResponse http = SerializeInferResponse(response, OutputEncoding{});
+    const size_t open = http.body.find("\"data\":[");
+    ASSERT_NE(open, std::string::npos);
+    auto back = ParseInferRequest(
+        request(dt, std::to_string(kN), http.body.substr(open + 7, http.body.find(']', open) - open - 6)),
+        std::nullopt, nullptr);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(back->request->inputs[0].data == got) << dt;
+  }
+  // Too many elements for the shape, a malformed number far in, nested like the shape: the
+  // serial parser's answers.
+  auto more = ParseInferRequest(request("FP64", std::to_string(kN - 1), "[" + data + "]"),
+                                std::nullopt, nullptr);
+  ASSERT_FALSE(more.ok());
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr(inferd::StrCat("needs ", kN - 1, " elements but 'data' has ", kN)));
+  std::string bad = data;
+  const size_t at = bad.find(",", bad.size() * 3 / 4) + 1;
+  bad.insert(at, "01");  // "01..." : a leading zero
+  const std::string body = request("FP32", std::to_string(kN), "[" + bad + "]");
+  auto malformed = ParseInferRequest(body, std::nullopt, nullptr);
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_THAT(std::string(malformed.status().message()),
+              HasSubstr(inferd::StrCat("at offset ", body.find("\"data\":[") + 8 + at + 1,
+                                       ": missing a comma or ']'")));
+  std::string nested = "[[" + data.substr(0, data.find(',', data.size() / 2)) + "],[" +
+                       data.substr(data.find(',', data.size() / 2) + 1) + "]]";
+  auto rows = ParseInferRequest(request("FP64", std::to_string(kN), nested), std::nullopt, nullptr);
+  ASSERT_FALSE(rows.ok());  // rows of unequal length for a shape of one dimension
+  EXPECT_THAT(std::string(rows.status().message()), HasSubstr("nested 2 levels deep"));
 }
 
 }  // namespace
