@@ -262,3 +262,71 @@ def test_torch_settings_apply_per_model_around_forward(tmp_path, server_factory)
     # (threads3 may add LibTorch's pthreadpool as well; a short-lived thread of the server may
     # end meanwhile, hence the inequalities.)
     assert max(added["threads1"]) <= 0 and added["threads3"][0] >= 2, added
+
+
+# --------------------------------------------------------------------------------------------
+# enable_mem_arena / enable_mem_pattern (Triton: ModelState::ModelState reads both into the
+# session options, EnableCpuMemArena / EnableMemPattern)
+
+N_BIG = 32 * 1024 * 1024  # FP32 elements of the intermediate tensor: 128 MiB
+
+
+def write_big_intermediate_model(path):
+    """Y = sum(expand(X, [N_BIG])) - sum(X): one 128 MiB intermediate per run, a scalar out."""
+    shape = numpy_helper.from_array(np.array([N_BIG], np.int64), "SHAPE")
+    nodes = [helper.make_node("Expand", ["X", "SHAPE"], ["big"]),
+             helper.make_node("ReduceSum", ["big"], ["Y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "big_intermediate",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def big_config(name, arena, pattern):
+    return (f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+            'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]\n'
+            + param("enable_mem_arena", arena) + param("enable_mem_pattern", pattern))
+
+
+def rss_bytes(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_mem_arena_keeps_the_intermediate_and_session_options_read_back(tmp_path, server_factory,
+                                                                       monkeypatch):
+    """enable_mem_arena 1: ONNX Runtime's CPU arena keeps the 128 MiB intermediate after the run
+    (RSS stays up); 0: it goes back as the run ends. Both parameters are also read back from the
+    session: with --log-verbose the runtime logs its own "Session Options" line at load.
+    tcmalloc would keep the freed pages itself (and hand them to the arena next): told to give
+    freed spans back at once, RSS shows what the runtime holds."""
+    monkeypatch.setenv("TCMALLOC_AGGRESSIVE_DECOMMIT", "true")
+    repo = tmp_path / "repo"
+    for name, arena, pattern in [("no_arena", "0", "0"), ("arena", "1", "1")]:
+        make_model_dir(repo, name, big_config(name, arena, pattern), write_big_intermediate_model)
+    srv = server_factory(repo, ["--log-verbose=1"])
+    for name in ("no_arena", "arena"):
+        srv.wait_until(lambda n=name: srv.get(f"/v2/models/{n}/ready").status_code == 200, 30, name)
+    pid = srv.proc.pid
+    x = np.array([0.5], np.float32)
+    grown = {}
+    for name in ("no_arena", "arena"):  # the arena's memory stays: measure it last
+        before = rss_bytes(pid)
+        for _ in range(2):
+            r = infer(srv, name, [make_input("X", x, "FP32")])
+            assert r.status_code == 200, r.text
+            assert parse_response(r)[1]["Y"].item() == pytest.approx(0.5 * N_BIG, rel=1e-3)
+        grown[name] = rss_bytes(pid) - before
+    big = N_BIG * 4
+    assert grown["no_arena"] < big // 4, grown
+    assert grown["arena"] > big * 3 // 4, grown
+    # ONNX Runtime's own log of each session's options (not inferd's echo of config.pbtxt).
+    log = Path(srv.log_path).read_text(errors="replace")
+    lines = [l for l in log.splitlines() if "Session Options {" in l]
+    assert any("enable_mem_pattern:0" in l and "enable_cpu_mem_arena:0" in l for l in lines), lines
+    assert any("enable_mem_pattern:1" in l and "enable_cpu_mem_arena:1" in l for l in lines), lines

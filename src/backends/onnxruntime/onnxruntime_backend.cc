@@ -413,7 +413,10 @@ void CompleteTensorDims(const std::vector<int64_t>& model_shape, bool batching,
                         inference::ModelTensorReshape* reshape, bool* has_reshape) {
   size_t start = batching ? 1 : 0;
   for (size_t i = start; i < model_shape.size(); ++i) {
-    dims->Add(model_shape[i] < 0 ? -1 : model_shape[i]);
+    // A config dim is >= 1 or -1; a zero-size dimension in the file (ONNX's tests have them:
+    // an empty `axes`, a [0, 3] data tensor) is given as -1, and ONNX Runtime holds the
+    // request to the file's 0.
+    dims->Add(model_shape[i] <= 0 ? -1 : model_shape[i]);
   }
   if (dims->empty()) {
     // A scalar is presented as [1] and reshaped to [] for the model.
@@ -532,6 +535,13 @@ class OnnxRuntimeBackend : public Backend {
       Ort::SessionOptions options;
       auto st = ApplySettings(*settings, &options);
       if (!st.ok()) return st;
+      // --log-verbose: ONNX Runtime's own log of this session (INFO) goes to the server's
+      // stderr, opening with its "Session Options { ... }" line: the options as the session
+      // holds them (enable_cpu_mem_arena, enable_mem_pattern, execution_mode, ...), read back
+      // by the runtime rather than echoed from config.pbtxt.
+      if (inferd::LogEnabled(inferd::LogLevel::kVerbose)) {
+        options.SetLogSeverityLevel(ORT_LOGGING_LEVEL_INFO);
+      }
       auto session = std::make_shared<Ort::Session>(GlobalEnv(), spec.model_path.c_str(), options);
       LOG_INFO << "onnxruntime: model '" << spec.config->name() << "' version " << spec.version
                << " instance " << index << ": " << ort::DescribeSettings(*settings);
@@ -578,7 +588,10 @@ class OnnxRuntimeBackend : public Backend {
         expected.insert(expected.end(), config_dims.begin(), config_dims.end());
         bool matches = expected.size() == io.shape.size();
         for (size_t i = 0; matches && i < expected.size(); ++i) {
-          if (io.shape[i] >= 0 && expected[i] != io.shape[i]) matches = false;
+          // -1 in the file (variable) takes any config dim; 0 in the file (zero-size) is
+          // given -1 in a config (CompleteTensorDims).
+          if (io.shape[i] < 0 || (io.shape[i] == 0 && expected[i] == -1)) continue;
+          if (expected[i] != io.shape[i]) matches = false;
         }
         if (!matches) {
           return absl::InvalidArgumentError(inferd::StrCat(
