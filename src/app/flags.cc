@@ -8,6 +8,7 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <type_traits>
 
 #include "absl/strings/numbers.h"
 #include "common/strings.h"
@@ -136,12 +137,6 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"vertex-ai-thread-count", Arg::kInt, "there is no Vertex AI endpoint"},
     {"vertex-ai-default-model", Arg::kString, "there is no Vertex AI endpoint"},
     {"allow-gpu-metrics", Arg::kBool, kNoGpu},
-    {"trace-config", Arg::kString, "tracing is not implemented"},
-    {"trace-file", Arg::kString, "tracing is not implemented"},
-    {"trace-level", Arg::kString, "tracing is not implemented"},
-    {"trace-rate", Arg::kInt, "tracing is not implemented"},
-    {"trace-count", Arg::kInt, "tracing is not implemented"},
-    {"trace-log-frequency", Arg::kInt, "tracing is not implemented"},
     {"cache-directory", Arg::kString, "the local response cache is built in; no cache library is loaded"},
     {"rate-limit", Arg::kString, "there is no rate limiter (models that configure one are refused)"},
     {"rate-limit-resource", Arg::kString, "there is no rate limiter"},
@@ -202,6 +197,93 @@ absl::Status CheckNoEffectValue(const NoEffectFlag& flag, const std::string& v) 
       return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+// --trace-config and the deprecated --trace-* flags (tritonserver's command_line_parser):
+// "<setting>=<value>" for the global settings (level, rate, count, mode) and
+// "triton,<setting>=<value>" for the file and log-frequency.
+struct TraceFlags {
+  server::TraceOptions options;
+  bool explicit_off = false;
+};
+
+absl::Status ParseTraceLevel(const std::string& flag, std::string v, TraceFlags* t) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "false" || v == "off") {
+    t->explicit_off = true;
+  } else if (v == "true" || v == "on" || v == "min" || v == "max" || v == "timestamps") {
+    t->options.level |= server::kTraceTimestamps;
+  } else if (v == "tensors") {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        flag, ": trace level TENSORS is not supported by this server (only OFF and TIMESTAMPS)"));
+  } else {
+    return absl::InvalidArgumentError(inferd::StrCat(flag, ": invalid value for trace level option: ", v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTraceConfig(const std::string& arg, TraceFlags* t) {
+  const size_t comma = arg.find(',');
+  std::string mode;
+  std::string rest = arg;
+  if (comma != std::string::npos) {
+    if (comma == 0) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "No trace mode specified. --trace-config option format is <trace mode>,<setting>=<value> "
+          "or <setting>=<value>. Got ", arg));
+    }
+    mode = arg.substr(0, comma);
+    std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::tolower(c); });
+    rest = arg.substr(comma + 1);
+  }
+  const size_t eq = rest.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == rest.size()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "--trace-config option format is '<trace mode>,<setting>=<value>'. Got ", arg));
+  }
+  const std::string key = rest.substr(0, eq);
+  std::string value = rest.substr(eq + 1);
+  const std::string flag = inferd::StrCat("--trace-config ", arg);
+  auto number = [&](int64_t min, int64_t max, auto* out) -> absl::Status {
+    int64_t n;
+    if (!absl::SimpleAtoi(value, &n) || n < min || n > max) {
+      return absl::InvalidArgumentError(
+          inferd::StrCat(flag, ": ", key, " takes an integer from ", min, " to ", max, ", got '", value, "'"));
+    }
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(n);
+    return absl::OkStatus();
+  };
+  if (mode == "opentelemetry" || (mode.empty() && key == "mode")) {
+    std::string m = mode.empty() ? value : mode;
+    std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (m == "triton") return absl::OkStatus();
+    if (m == "opentelemetry") {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          flag, ": OpenTelemetry trace mode is not supported by this server; it traces in mode "
+          "'triton' only (the JSON trace file, --trace-config triton,file=<path>)"));
+    }
+    return absl::InvalidArgumentError(inferd::StrCat(
+        flag, ": invalid value for trace mode option: ", m, ". Available options are \"triton\" and \"opentelemetry\""));
+  }
+  if (mode.empty()) {
+    if (key == "level") return ParseTraceLevel(flag, value, t);
+    if (key == "rate") return number(0, UINT32_MAX, &t->options.rate);
+    if (key == "count") return number(-1, INT32_MAX, &t->options.count);
+    return absl::InvalidArgumentError(inferd::StrCat(
+        flag, ": unknown global trace setting '", key, "' (level, rate, count, mode; file and "
+        "log-frequency are written triton,file=... and triton,log-frequency=...)"));
+  }
+  if (mode != "triton") {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        flag, ": invalid value for trace mode option: ", mode, ". Available options are \"triton\" and \"opentelemetry\""));
+  }
+  if (key == "file") {
+    t->options.file = value;
+    return absl::OkStatus();
+  }
+  if (key == "log-frequency") return number(0, UINT32_MAX, &t->options.log_frequency);
+  return absl::InvalidArgumentError(inferd::StrCat(
+      flag, ": unknown trace setting '", key, "' for mode triton (file, log-frequency)"));
 }
 
 }  // namespace
@@ -275,6 +357,14 @@ std::string Usage() {
   --log-format=default|ISO8601
   --log-info/--log-warning/--log-error=<bool>   log lines of that level (default true)
   --log-file=<path>                write the log there (appended) instead of to stderr
+  --trace-config=[triton,]<setting>=<value>   the trace extension (repeatable):
+                                   level=OFF|TIMESTAMPS, rate=<n> (every n-th request,
+                                   default 1000), count=<n> (-1: no limit), mode=triton,
+                                   triton,file=<path>, triton,log-frequency=<n> (write
+                                   <path>.<i> every n traces; 0: <path> at exit).
+                                   TENSORS and mode=opentelemetry are refused.
+                                   (--trace-file/-level/-rate/-count/-log-frequency: the
+                                   same, tritonserver's deprecated spellings)
   --exit-timeout-secs=<n>          after SIGTERM, exit (status 1) if requests in flight take
                                    longer than this (default 30)
   --model-config-name=<name>       use <model>/configs/<name>.pbtxt where it exists
@@ -324,7 +414,15 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       return absl::OkStatus();
     };
   };
+  TraceFlags trace;  // --trace-config, --trace-*
   std::map<std::string, Setter> with_value = {
+      {"trace-config", [&](const std::string& v) { return ParseTraceConfig(v, &trace); }},
+      // tritonserver's deprecated spellings of the same settings.
+      {"trace-file", [&](const std::string& v) { trace.options.file = v; return absl::OkStatus(); }},
+      {"trace-level", [&](const std::string& v) { return ParseTraceLevel("--trace-level", v, &trace); }},
+      {"trace-rate", set_int("trace-rate", 0, [&](int64_t n) { trace.options.rate = static_cast<uint32_t>(std::min<int64_t>(n, UINT32_MAX)); })},
+      {"trace-count", set_int("trace-count", -1, [&](int64_t n) { trace.options.count = static_cast<int32_t>(std::min<int64_t>(n, INT32_MAX)); })},
+      {"trace-log-frequency", set_int("trace-log-frequency", 0, [&](int64_t n) { trace.options.log_frequency = static_cast<uint32_t>(std::min<int64_t>(n, UINT32_MAX)); })},
       {"model-repository", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
       {"model-store", [&](const std::string& v) { f.server.repositories.push_back(v); return absl::OkStatus(); }},
       {"backend-directory", [&](const std::string& v) { f.backend_directory = v; return absl::OkStatus(); }},
@@ -507,6 +605,12 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     auto cache = server::ParseCacheConfig(cache_settings);
     if (!cache.ok()) return cache.status();
     f.server.response_cache_bytes = cache->size_bytes;
+  }
+  {
+    if (trace.explicit_off) trace.options.level = server::kTraceOff;
+    absl::Status st = server::TraceManager::Validate(trace.options);
+    if (!st.ok()) return absl::InvalidArgumentError(inferd::StrCat("--trace-config: ", st.message()));
+    f.server.trace = trace.options;
   }
   f.server.load_models = load_models;
   f.grpc.max_message_bytes = static_cast<int>(std::min<size_t>(f.http.limits.max_body_bytes, INT32_MAX));

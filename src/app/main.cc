@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     close(fd);
+    SetLogFileName(flags->log_file);
   }
   SetLogVerbosity(flags->log_verbose);
   SetLogFormatIso8601(flags->log_iso8601);

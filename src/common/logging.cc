@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -15,12 +16,24 @@ namespace {
 std::atomic<int> g_verbose{0};
 std::atomic<bool> g_iso{false};
 std::atomic<bool> g_enabled[3] = {true, true, true};  // kError, kWarning, kInfo
+std::mutex g_file_mu;
+std::string g_file_name;
 }  // namespace
 
 void SetLogVerbosity(int verbose) { g_verbose.store(verbose); }
 void SetLogFormatIso8601(bool iso) { g_iso.store(iso); }
 void SetLogLevelEnabled(LogLevel level, bool enabled) {
   if (level != LogLevel::kVerbose) g_enabled[static_cast<int>(level)].store(enabled);
+}
+int LogVerbosity() { return g_verbose.load(); }
+bool LogFormatIso8601() { return g_iso.load(); }
+void SetLogFileName(std::string_view name) {
+  std::lock_guard<std::mutex> lock(g_file_mu);
+  g_file_name.assign(name);
+}
+std::string LogFileName() {
+  std::lock_guard<std::mutex> lock(g_file_mu);
+  return g_file_name;
 }
 bool LogEnabled(LogLevel level) {
   if (level == LogLevel::kVerbose) return g_verbose.load(std::memory_order_relaxed) > 0;

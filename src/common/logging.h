@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 #include <string_view>
 
 namespace inferd {
@@ -15,6 +16,12 @@ void SetLogFormatIso8601(bool iso);    // --log-format=ISO8601
 // which only SetLogVerbosity controls).
 void SetLogLevelEnabled(LogLevel level, bool enabled);
 bool LogEnabled(LogLevel level);
+// Current values, for the logging extension (GET /v2/logging, LogSettings).
+int LogVerbosity();
+bool LogFormatIso8601();
+// --log-file's name ("" when lines go to stderr), reported by the logging extension.
+void SetLogFileName(std::string_view name);
+std::string LogFileName();
 
 class LogMessage {
  public:

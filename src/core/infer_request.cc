@@ -5,6 +5,10 @@
 
 namespace inferd::core {
 
+InferRequest::~InferRequest() {
+  if (trace != nullptr) trace->Finish(*this, NowNs());
+}
+
 const InputTensor* InferRequest::FindInput(std::string_view name) const {
   for (const auto& in : inputs) {
     if (in.name == name) return &in;

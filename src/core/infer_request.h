@@ -99,6 +99,15 @@ struct CorrelationId {
 using ResponseCallback = std::function<void(std::unique_ptr<InferResponse>, bool final)>;
 class ResponseSender;
 
+// A sampled request's trace (the trace extension; server/trace.h makes them). The request
+// hands itself to Finish when it is destroyed, which is after its answer was handed on.
+struct InferRequest;
+class RequestTrace {
+ public:
+  virtual ~RequestTrace() = default;
+  virtual void Finish(const InferRequest& request, uint64_t end_ns) = 0;
+};
+
 // One inference request. Owned by exactly one layer at a time (moved as unique_ptr from the
 // frontend to the server to a scheduler); the layer that owns it when it finishes calls
 // `on_complete` exactly once. Not thread-safe: only the owner touches it.
@@ -130,6 +139,8 @@ struct InferRequest {
   std::vector<std::shared_ptr<const void>> holders;
 
   RequestTimes times;
+  // Set by the server when the trace extension sampled this request; null otherwise.
+  std::unique_ptr<RequestTrace> trace;
   InferCallback on_complete;
   // Set by frontends that take several responses per request (gRPC ModelStreamInfer, HTTP
   // generate/generate_stream); the server answers decoupled models through it and refuses
@@ -137,6 +148,11 @@ struct InferRequest {
   ResponseCallback on_response;
   // Set by the server for decoupled models: where the backend sends its responses.
   std::shared_ptr<ResponseSender> response_sender;
+
+  InferRequest() = default;
+  InferRequest(InferRequest&&) = default;
+  InferRequest& operator=(InferRequest&&) = default;
+  ~InferRequest();  // Finishes `trace`, if any.
 
   const InputTensor* FindInput(std::string_view name) const;
   bool IsCancelled() const { return cancel != nullptr && cancel->IsCancelled(); }

@@ -356,6 +356,9 @@ void DynamicBatcher::InstanceLoop(size_t index) {
     const uint64_t output_ns = end - times.output_start_ns;
     bool any_ok = false;
     for (size_t i = 0; i < n; ++i) {
+      reqs[i]->times.compute_input_end_ns = times.input_end_ns;  // for the trace extension
+      reqs[i]->times.compute_output_start_ns = times.output_start_ns;
+      reqs[i]->times.compute_end_ns = end;
       auto req = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(batch[i].request));
       auto resp = std::make_shared<std::unique_ptr<core::InferResponse>>(std::move(resps[i]));
       const core::InferRequest& r = **req;

@@ -158,6 +158,9 @@ void InstancePoolScheduler::WorkerLoop(backends::ModelInstance* instance) {
     const uint64_t input_ns = times.input_end_ns - request->times.compute_start_ns;
     const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
     const uint64_t output_ns = end - times.output_start_ns;
+    request->times.compute_input_end_ns = times.input_end_ns;  // for the trace extension
+    request->times.compute_output_start_ns = times.output_start_ns;
+    request->times.compute_end_ns = end;
     if (response->status.ok()) {
       stats_->RecordExecution(request->batch_size, input_ns, infer_ns, output_ns);
     }

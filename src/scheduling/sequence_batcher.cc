@@ -738,6 +738,11 @@ void SequenceBatcher::InstanceLoop(size_t index) {
     const uint64_t input_ns = times.input_end_ns - start;
     const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
     const uint64_t output_ns = end - times.output_start_ns;
+    for (size_t i = 0; i < n; ++i) {  // for the trace extension
+      reqs[i]->times.compute_input_end_ns = times.input_end_ns;
+      reqs[i]->times.compute_output_start_ns = times.output_start_ns;
+      reqs[i]->times.compute_end_ns = end;
+    }
     // The sequences stay `executing` until their responses are delivered, so neither the
     // batcher nor the idle reaper touches their state here, and a sequence's responses leave
     // in order.

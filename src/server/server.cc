@@ -19,6 +19,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   if (options_.response_cache_bytes > 0) {
     response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
   }
+  trace_ = std::make_unique<TraceManager>(options_.trace);
   if (registry != nullptr) {
     registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
   }
@@ -50,7 +51,8 @@ Server::~Server() { Shutdown(); }
 const std::vector<std::string>& Server::Extensions() {
   static const std::vector<std::string> kExtensions = {
       "binary_tensor_data", "classification", "statistics", "model_configuration", "model_repository",
-      "model_repository(unload_dependents)", "schedule_policy", "system_shared_memory"};
+      "model_repository(unload_dependents)", "schedule_policy", "system_shared_memory",
+      "trace", "logging"};
   return kExtensions;
 }
 
@@ -101,6 +103,7 @@ void Server::Shutdown() {
   if (poller_.joinable()) poller_.join();
   loader_->Stop();          // finishes queued API and multi-model loads; refuses new ones
   lifecycle_->Shutdown();   // finishes on-demand loads, then drains requests in flight
+  trace_->Shutdown();       // writes the traces collected and closes the trace files
   live_ = false;
 }
 
@@ -224,6 +227,8 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     core::CompleteWithError(std::move(request), std::move(valid));
     return;
   }
+  // The trace extension: one relaxed load when nothing traces.
+  request->trace = trace_->Sample(request->model_name, request->model_version, request->id);
   bool classify = false;
   for (const auto& o : request->outputs) classify |= o.classification > 0;
   if (classify) {

@@ -25,6 +25,7 @@
 #include "repository/model_lifecycle.h"
 #include "server/response_cache.h"
 #include "server/shared_memory.h"
+#include "server/trace.h"
 
 namespace inferd::server {
 
@@ -56,6 +57,8 @@ struct ServerOptions {
   // --cache-config local,size=N (or --response-cache-byte-size): the response cache that
   // models with `response_cache { enable: true }` use. Size 0: no cache.
   uint64_t response_cache_bytes = 0;
+  // --trace-config: the trace extension's global setting at start (server/trace.h).
+  TraceOptions trace;
 };
 
 struct TensorMetadata {
@@ -138,6 +141,8 @@ class Server {
   SharedMemoryManager& shared_memory() { return shared_memory_; }
   // Null when no response cache is configured.
   const ResponseCache* response_cache() const { return response_cache_.get(); }
+  // The trace extension's settings (GET/POST /v2[/models/<m>]/trace/setting, TraceSetting).
+  TraceManager& trace() { return *trace_; }
 
  private:
   void PollLoop();
@@ -152,6 +157,7 @@ class Server {
   const backends::BackendRegistry* backends_ = nullptr;
   SharedMemoryManager shared_memory_;
   std::unique_ptr<ResponseCache> response_cache_;
+  std::unique_ptr<TraceManager> trace_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;
   std::unique_ptr<WorkerPool> loader_;
   std::thread poller_;

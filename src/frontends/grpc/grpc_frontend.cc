@@ -12,6 +12,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
+#include "server/log_settings.h"
 
 namespace inferd::grpcfe {
 namespace {
@@ -518,15 +519,68 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, CudaUnsupported());
   }
-  ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest*,
-                                   inference::TraceSettingResponse*) override {
+  ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest* req,
+                                   inference::TraceSettingResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kTrace)) return refused;
-    return Done(ctx, Unimplemented("tracing"));
+    const std::string& model = req->model_name();
+    if (!model.empty() && !server_->IsModelReady(model, -1)) {
+      return Done(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    StrCat("Request for unknown model : ", model)));
+    }
+    if (!req->settings().empty()) {
+      // A setting with no value hands a model's field back to the global setting.
+      std::map<std::string, server::TraceSettingValue> settings;
+      for (const auto& [key, value] : req->settings()) {
+        server::TraceSettingValue v;
+        v.null = value.value().empty();
+        v.values.assign(value.value().begin(), value.value().end());
+        settings.emplace(key, std::move(v));
+      }
+      absl::Status st = server_->trace().Update(model, settings);
+      if (!st.ok()) return Done(ctx, ToGrpcStatus(st));
+    }
+    for (const auto& [key, values] : server_->trace().Describe(model)) {
+      auto& out = (*resp->mutable_settings())[key];
+      for (const auto& v : values) out.add_value(v);
+    }
+    return Done(ctx, grpc::Status::OK);
   }
-  ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest*,
-                                  inference::LogSettingsResponse*) override {
+  ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest* req,
+                                  inference::LogSettingsResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kLogging)) return refused;
-    return Done(ctx, Unimplemented("the log settings API"));
+    std::map<std::string, server::LogSettingValue> settings;
+    for (const auto& [key, value] : req->settings()) {
+      server::LogSettingValue v;
+      switch (value.parameter_choice_case()) {
+        case inference::LogSettingsRequest::SettingValue::kBoolParam:
+          v.kind = server::LogSettingValue::kBool;
+          v.b = value.bool_param();
+          break;
+        case inference::LogSettingsRequest::SettingValue::kUint32Param:
+          v.kind = server::LogSettingValue::kUint;
+          v.u = value.uint32_param();
+          break;
+        case inference::LogSettingsRequest::SettingValue::kStringParam:
+          v.kind = server::LogSettingValue::kString;
+          v.s = value.string_param();
+          break;
+        default:
+          v.kind = server::LogSettingValue::kNull;
+      }
+      settings.emplace(key, std::move(v));
+    }
+    if (absl::Status st = server::UpdateLogSettings(settings); !st.ok()) {
+      return Done(ctx, ToGrpcStatus(st));
+    }
+    const server::LogSettingsView cur = server::CurrentLogSettings();
+    auto& out = *resp->mutable_settings();
+    out["log_file"].set_string_param(cur.log_file);
+    out["log_info"].set_bool_param(cur.log_info);
+    out["log_warning"].set_bool_param(cur.log_warning);
+    out["log_error"].set_bool_param(cur.log_error);
+    out["log_verbose_level"].set_uint32_param(cur.log_verbose_level);
+    out["log_format"].set_string_param(cur.log_format);
+    return Done(ctx, grpc::Status::OK);
   }
 
  private:

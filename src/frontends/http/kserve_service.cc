@@ -3,12 +3,14 @@
 #include <charconv>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/strings.h"
 #include "config/model_config_util.h"
 #include "frontends/http/content_encoding.h"
 #include "frontends/http/generate.h"
 #include "frontends/http/infer_codec.h"
 #include "frontends/http/shared_memory_routes.h"
+#include "frontends/http/trace_logging_routes.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -120,6 +122,7 @@ std::optional<ApiCategory> CategoryOf(const std::vector<std::string>& s) {
   if (last == "ready") return ApiCategory::kHealth;
   if (last == "config") return ApiCategory::kModelConfig;
   if (last == "stats") return ApiCategory::kStatistics;
+  if (last == "setting" && s[s.size() - 2] == "trace") return ApiCategory::kTrace;
   return std::nullopt;
 }
 
@@ -131,6 +134,7 @@ void KServeHttpService::Handle(const HttpRequest& request,
     auto shared = std::make_shared<HttpResponse>(std::move(r));
     reply([shared] { return std::move(*shared); });
   };
+  LOG_VERBOSE << "HTTP request: " << request.method << " " << request.path;
   try {
     auto segments = SplitPath(request.path);
     if (!segments) return now(ErrorResponse(400, "malformed percent-escape in the URL path"));
@@ -182,6 +186,7 @@ void KServeHttpService::Handle(const HttpRequest& request,
     if (auto shm = HandleSharedMemoryRoute(server_->shared_memory(), request, s)) {
       return now(*std::move(shm));
     }
+    if (auto r = HandleTraceLoggingRoute(server_, request, s)) return now(*std::move(r));
     if (s[1] == "repository") {
       if (s.size() == 3 && s[2] == "index") {
         if (!post) return method_not_allowed();
