@@ -92,7 +92,8 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   tsan_skip=(test_torch.py test_malformed.py test_pack.py test_scale_out.py test_serve_env.py
              test_deploy_manifests.py test_check_layers.py test_cli.py test_config_refusals.py
              test_image_classifier.py test_text_encoder.py test_http_body_memory.py
-             test_s3_source.py test_cpu_budget.py test_perf_tool.py)
+             test_s3_source.py test_cpu_budget.py test_perf_tool.py test_onnx_testdata.py
+             test_onnx_robustness.py)
   INFERD_BIN="$TSAN_DIR/inferd" INFERD_TEST_NO_GRPC=1 /usr/bin/python3 -m pytest -q \
     -p no:cacheprovider -m "not resnet" "${tsan_skip[@]/#/--ignore=tests/integration/}" tests/integration
 fi

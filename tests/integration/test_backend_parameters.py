@@ -322,9 +322,12 @@ def test_mem_arena_keeps_the_intermediate_and_session_options_read_back(tmp_path
             assert r.status_code == 200, r.text
             assert parse_response(r)[1]["Y"].item() == pytest.approx(0.5 * N_BIG, rel=1e-3)
         grown[name] = rss_bytes(pid) - before
-    big = N_BIG * 4
-    assert grown["no_arena"] < big // 4, grown
-    assert grown["arena"] > big * 3 // 4, grown
+    # The release build's allocator is tcmalloc; a sanitizer build's keeps freed memory in
+    # quarantine, where RSS cannot tell the runtime's holding from the allocator's.
+    if "tcmalloc" in Path(f"/proc/{pid}/maps").read_text():
+        big = N_BIG * 4
+        assert grown["no_arena"] < big // 4, grown
+        assert grown["arena"] > big * 3 // 4, grown
     # ONNX Runtime's own log of each session's options (not inferd's echo of config.pbtxt).
     log = Path(srv.log_path).read_text(errors="replace")
     lines = [l for l in log.splitlines() if "Session Options {" in l]
