@@ -128,6 +128,10 @@ struct InferRequest {
   // The client's own deadline (gRPC deadline), monotonic ns; 0: none. Always applies: past it
   // nobody waits for the answer, so a queued request is answered DEADLINE_EXCEEDED unrun.
   uint64_t deadline_ns = 0;
+  // The request's parameters other than the ones above (and binary_data_output), as a JSON
+  // object ("{\"k\":1}"); empty: none. Handed to backends that show them to the model
+  // (Triton's Python backend: request.parameters()).
+  std::string parameters;
   // Set by the frontend when the client can go away (see cancellation.h); null: never.
   std::shared_ptr<CancellationToken> cancel;
 

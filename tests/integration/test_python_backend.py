@@ -655,3 +655,201 @@ class TritonPythonModel:
     log = srv.log()
     assert "model 'fin' instance 'fin_0_0': fin is warming up" in log
     assert "fin executes 1" in log
+
+
+PARAMS_PY = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            mine = request.parameters()
+            assert isinstance(mine, str), type(mine)
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            via_bls = "{}"
+            if x[0] == 1:
+                # BLS: the parameters this model gives travel to the called model.
+                bls = pb_utils.InferenceRequest(
+                    model_name="py_params_inner", requested_output_names=["PARAMS"],
+                    inputs=[pb_utils.Tensor("X", np.array([0], dtype=np.int32))],
+                    parameters={"from_bls": "yes", "depth": 2})
+                out = bls.exec()
+                if out.has_error():
+                    raise pb_utils.TritonModelException(out.error().message())
+                via_bls = pb_utils.get_output_tensor_by_name(out, "PARAMS").as_numpy()[0]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("PARAMS", np.array([mine.encode()], dtype=np.object_)),
+                pb_utils.Tensor("BLS", np.array([via_bls], dtype=np.object_))]))
+        return responses
+'''
+
+
+def test_request_parameters_reach_model_and_bls(tmp_path, server_factory):
+    import json as _json
+    write_model(tmp_path, "py_params", """name: "py_params"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", PARAMS_PY)
+    write_model(tmp_path, "py_params_inner", """name: "py_params_inner"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", PARAMS_PY)
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "py_params") and model_ready(srv, "py_params_inner"),
+                   30, "ready")
+    x0 = make_input("X", np.array([0], dtype=np.int32), "INT32")
+    # Triton's python backend: a JSON object of the request's own parameters; the ones the
+    # server reads itself (priority, timeout, sequence_*, binary_data_output) are not in it.
+    sent = {"temperature": 0.5, "user": "ann", "stream": False, "top_k": 7}
+    out = ok(infer(srv, "py_params", [x0], parameters=dict(sent, priority=1, timeout=10000000)))
+    assert _json.loads(out["PARAMS"][0]) == sent
+    out = ok(infer(srv, "py_params", [x0]))
+    assert _json.loads(out["PARAMS"][0]) == {}
+    out = ok(infer(srv, "py_params", [make_input("X", np.array([1], dtype=np.int32), "INT32")],
+                   parameters={"outer": 1}))
+    assert _json.loads(out["PARAMS"][0]) == {"outer": 1}
+    assert _json.loads(out["BLS"][0]) == {"from_bls": "yes", "depth": 2}
+
+
+CANCEL_PY = '''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.marker = args["model_repository"] + "/outcome"
+
+    def execute(self, requests):
+        request = requests[0]
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            if request.is_cancelled():
+                open(self.marker, "w").write("cancelled")
+                return [pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "cancelled", pb_utils.TritonError.CANCELLED))]
+            time.sleep(0.01)
+        open(self.marker, "w").write("not cancelled")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([1], dtype=np.int32))])]
+'''
+
+
+def test_is_cancelled_sees_client_disconnect(tmp_path, server_factory):
+    import json as _json
+    import socket
+    d = write_model(tmp_path, "py_cancel", """name: "py_cancel"
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", CANCEL_PY)
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "py_cancel"), 30, "ready")
+    body = _json.dumps({"inputs": [{"name": "X", "datatype": "INT32", "shape": [1],
+                                    "data": [1]}]}).encode()
+    host, port = srv.url.split("//")[1].split(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v2/models/py_cancel/infer HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.5)  # execute() is running and polling
+    s.close()  # the client goes away
+    marker = d / "outcome"
+    srv.wait_until(marker.exists, 20, "the model to finish")
+    assert marker.read_text() == "cancelled"
+    # A request whose client stays is not cancelled: the model runs to its end... (15 s):
+    # instead check the server still answers and the instance is ready.
+    assert model_ready(srv, "py_cancel")
+
+
+REPEAT_CONFIG = """name: "repeat_int32"
+backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+
+BLS_DECOUPLED_PY = '''
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def call(values):
+    return pb_utils.InferenceRequest(
+        model_name="repeat_int32", requested_output_names=["OUT", "IDX"],
+        inputs=[pb_utils.Tensor("IN", values.astype(np.int32)),
+                pb_utils.Tensor("DELAY", np.full(values.shape, 5, dtype=np.uint32)),
+                pb_utils.Tensor("WAIT", np.array([0], dtype=np.uint32))])
+
+def collect(responses):
+    outs, empty = [], 0
+    for r in responses:
+        if r.has_error():
+            raise pb_utils.TritonModelException(r.error().message())
+        if len(r.output_tensors()) == 0:
+            empty += 1  # the final flag alone
+            continue
+        outs.append(int(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]))
+    return outs, empty
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+            if mode == 0:
+                outs, empty = collect(call(values).exec(decoupled=True))
+            else:
+                # Two calls in flight, then each read with async for.
+                it1, it2 = await asyncio.gather(call(values).async_exec(decoupled=True),
+                                                call(values[::-1]).async_exec(decoupled=True))
+                outs, empty = [], 0
+                for it in (it1, it2):
+                    async for r in it:
+                        if len(r.output_tensors()):
+                            outs.append(int(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0]))
+                        else:
+                            empty += 1
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTS", np.array(outs, dtype=np.int32)),
+                pb_utils.Tensor("EMPTY", np.array([empty], dtype=np.int32))]))
+        return responses
+'''
+
+
+def test_bls_to_decoupled_model(tmp_path, server_factory):
+    write_model(tmp_path, "repeat_int32", REPEAT_CONFIG, "")
+    (tmp_path / "repeat_int32" / "1" / "model.py").unlink()
+    write_model(tmp_path, "bls_stream", """name: "bls_stream"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTS" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "EMPTY" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""", BLS_DECOUPLED_PY)
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "bls_stream") and model_ready(srv, "repeat_int32"),
+                   30, "ready")
+    values = np.random.randint(-1000, 1000, size=5).astype(np.int32)
+
+    def run(mode, vals):
+        return ok(infer(srv, "bls_stream", [
+            make_input("IN", vals, "INT32"),
+            make_input("MODE", np.array([mode], dtype=np.int32), "INT32")]))
+
+    # The repeat model answers once per element, in order, then the final flag alone.
+    out = run(0, values)
+    assert out["OUTS"].tolist() == values.tolist()
+    assert out["EMPTY"].tolist() == [1]
+    out = run(1, values)
+    assert out["OUTS"].tolist() == values.tolist() + values[::-1].tolist()
+    assert out["EMPTY"].tolist() == [2]
+    # No element: no response but the final flag.
+    out = run(0, np.array([], dtype=np.int32))
+    assert out["OUTS"].tolist() == [] and out["EMPTY"].tolist() == [1]

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,8 @@ constexpr std::string_view kParameters[] = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONL
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kInitTimeoutNs = 300ull * 1000000000ull;  // initialize(): model downloads
 constexpr uint64_t kFinalizeTimeoutNs = 5ull * 1000000000ull;
+// How long each side spins on the socket for the other's next message before it sleeps.
+constexpr uint64_t kDefaultSpinUs = 0;
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -152,18 +155,10 @@ absl::Status WriteTensors(StubProcess* proc, const std::vector<const T*>& tensor
 }
 
 // Copies the tensors a message names out of the region into one buffer; views into it.
-absl::StatusOr<std::vector<core::OutputTensor>> ReadTensors(StubProcess* proc,
-                                                            const rapidjson::Value& list) {
-  std::vector<TensorDesc> descs;
+absl::StatusOr<std::vector<core::OutputTensor>> CopyTensors(StubProcess* proc,
+                                                            std::vector<TensorDesc> descs) {
   uint64_t total = 0;
-  if (list.IsArray()) {
-    for (const auto& v : list.GetArray()) {
-      auto d = ParseTensorDesc(v);
-      if (!d.ok()) return d.status();
-      total += d->size;
-      descs.push_back(*std::move(d));
-    }
-  }
+  for (const TensorDesc& d : descs) total += d.size;
   auto buffer = std::make_shared<std::string>();
   buffer->resize(total);
   std::vector<core::OutputTensor> out;
@@ -184,6 +179,19 @@ absl::StatusOr<std::vector<core::OutputTensor>> ReadTensors(StubProcess* proc,
   return out;
 }
 
+absl::StatusOr<std::vector<core::OutputTensor>> ReadTensors(StubProcess* proc,
+                                                            const rapidjson::Value& list) {
+  std::vector<TensorDesc> descs;
+  if (list.IsArray()) {
+    for (const auto& v : list.GetArray()) {
+      auto d = ParseTensorDesc(v);
+      if (!d.ok()) return d.status();
+      descs.push_back(*std::move(d));
+    }
+  }
+  return CopyTensors(proc, std::move(descs));
+}
+
 absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::string_view label) {
   rapidjson::Document doc;
   doc.Parse(text.data(), text.size());
@@ -194,10 +202,104 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
   return doc;
 }
 
+// The per-request path (an execute and its answer) uses compact binary messages instead of
+// JSON; everything else (initialize, BLS, logging, ...) stays JSON. A binary message starts with
+// its kind byte (JSON starts with '{'). Little-endian; strings are a length then the bytes.
+//   execute (to the stub): u8 1, u8 flags (1: decoupled), u16 requests; per request: str16 id,
+//     u64 timeout_us, str32 parameters (JSON object), u16 inputs, u16 outputs, the inputs
+//     (str16 name, u8 datatype (TRITONSERVER_DataType), u8 dims, i64 x dims, u64 offset,
+//     u64 size), the requested output names (str16).
+//   done (from the stub): u8 2, u8 0, u16 responses; per response: u8 0 (outputs: u16 count,
+//     then tensors as above) or u8 1 (error: u8 TritonError code, str32 message).
+constexpr char kBinExecute = 1;
+constexpr char kBinDone = 2;
+
+class BinWriter {
+ public:
+  explicit BinWriter(std::string* out) : out_(out) {}
+  template <typename T>
+  void Put(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));  // x86/ARM Linux: little-endian
+    out_->append(b, sizeof(T));
+  }
+  void Str16(std::string_view s) {
+    Put<uint16_t>(static_cast<uint16_t>(std::min<size_t>(s.size(), 0xffff)));
+    out_->append(s.data(), std::min<size_t>(s.size(), 0xffff));
+  }
+  void Str32(std::string_view s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_->append(s);
+  }
+
+ private:
+  std::string* out_;
+};
+
+class BinReader {
+ public:
+  explicit BinReader(std::string_view in) : p_(in.data()), end_(in.data() + in.size()) {}
+  template <typename T>
+  T Get() {
+    T v{};
+    if (end_ - p_ < static_cast<ptrdiff_t>(sizeof(T))) {
+      ok_ = false;
+      return v;
+    }
+    std::memcpy(&v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return v;
+  }
+  std::string_view Bytes(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) {
+      ok_ = false;
+      return {};
+    }
+    std::string_view v(p_, n);
+    p_ += n;
+    return v;
+  }
+  std::string_view Str16() { return Bytes(Get<uint16_t>()); }
+  std::string_view Str32() { return Bytes(Get<uint32_t>()); }
+  bool ok() const { return ok_; }
+
+ private:
+  const char* p_;
+  const char* end_;
+  bool ok_ = true;
+};
+
+void PutTensorDesc(BinWriter& w, std::string_view name, DataType type, const Shape& shape,
+                   uint64_t offset, uint64_t size) {
+  w.Str16(name);
+  w.Put<uint8_t>(static_cast<uint8_t>(type));
+  w.Put<uint8_t>(static_cast<uint8_t>(shape.size()));
+  for (int64_t d : shape) w.Put<int64_t>(d);
+  w.Put<uint64_t>(offset);
+  w.Put<uint64_t>(size);
+}
+
+absl::StatusOr<TensorDesc> GetTensorDesc(BinReader& r) {
+  TensorDesc d;
+  d.name = std::string(r.Str16());
+  const uint8_t type = r.Get<uint8_t>();
+  const uint8_t dims = r.Get<uint8_t>();
+  for (uint8_t i = 0; i < dims; ++i) d.shape.push_back(r.Get<int64_t>());
+  d.offset = r.Get<uint64_t>();
+  d.size = r.Get<uint64_t>();
+  if (!r.ok()) return absl::InternalError("a truncated tensor description");
+  if (type == 0 || type > static_cast<uint8_t>(DataType::kBf16)) {
+    return absl::InternalError(inferd::StrCat("tensor '", d.name, "' has an unknown data type"));
+  }
+  d.datatype = static_cast<DataType>(type);
+  return d;
+}
+
 // Settings shared by every Python model (--backend-config=python,...; SAGEMAKER_TRITON_SHM_*).
 struct BackendSettings {
   uint64_t shm_default_bytes = 1 << 20;
   uint64_t shm_growth_bytes = 1 << 20;
+  uint64_t spin_us = kDefaultSpinUs;  // INFERD_PYTHON_SPIN_US
 };
 
 // The interpreter and PYTHONPATH a model's EXECUTION_ENV_PATH asks for.
@@ -443,6 +545,10 @@ class PythonInstance : public ModelInstance {
     inferd::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
     std::unique_ptr<core::InferResponse> response ABSL_GUARDED_BY(mu);
+    // exec(decoupled=True): every response in order, the last one with final (its response
+    // may be null: the flag alone).
+    bool decoupled = false;
+    std::deque<std::pair<std::unique_ptr<core::InferResponse>, bool>> stream ABSL_GUARDED_BY(mu);
   };
 
   std::shared_ptr<BlsCall> StartBls(StubProcess* stub, const rapidjson::Value& doc,
@@ -485,11 +591,30 @@ class PythonInstance : public ModelInstance {
         req->outputs.push_back(std::move(out));
       }
     }
-    req->on_complete = [call](std::unique_ptr<core::InferResponse> response) {
-      inferd::MutexLock lock(&call->mu);
-      call->response = std::move(response);
-      call->done = true;
-    };
+    if (auto p = GetString(doc, "parameters"); !p.empty() && p != "{}") req->parameters = p;
+    call->decoupled = doc.HasMember("decoupled") && doc["decoupled"].IsBool() &&
+                      doc["decoupled"].GetBool();
+    if (call->decoupled) {
+      // The called model may answer any number of times (a model that is not decoupled: once).
+      req->on_response = [call](std::unique_ptr<core::InferResponse> response, bool final) {
+        inferd::MutexLock lock(&call->mu);
+        if (call->done) return;
+        call->stream.emplace_back(std::move(response), final);
+        call->done = final;
+      };
+      req->on_complete = [call](std::unique_ptr<core::InferResponse> response) {
+        inferd::MutexLock lock(&call->mu);
+        if (call->done) return;
+        call->stream.emplace_back(std::move(response), true);
+        call->done = true;
+      };
+    } else {
+      req->on_complete = [call](std::unique_ptr<core::InferResponse> response) {
+        inferd::MutexLock lock(&call->mu);
+        call->response = std::move(response);
+        call->done = true;
+      };
+    }
     spec_.dispatch(std::move(req));
     return call;
   }
@@ -531,6 +656,56 @@ class PythonInstance : public ModelInstance {
     return stub->Send({buf.GetString(), buf.GetSize()});
   }
 
+  // The next response of a decoupled BLS call (waits for it); `*final` when it was the last.
+  absl::Status NextBlsResponse(StubProcess* stub, BlsCall* call, uint64_t deadline, bool* final) {
+    std::unique_ptr<core::InferResponse> response;
+    {
+      inferd::MutexLock lock(&call->mu);
+      auto cond = absl::Condition(
+          +[](std::deque<std::pair<std::unique_ptr<core::InferResponse>, bool>>* q) {
+            return !q->empty();
+          },
+          &call->stream);
+      if (deadline == 0) {
+        call->mu.Await(cond);
+      } else {
+        const uint64_t now = core::NowNs();
+        call->mu.AwaitWithTimeout(cond, absl::Nanoseconds(deadline > now ? deadline - now : 0));
+      }
+      if (call->stream.empty()) {
+        return absl::DeadlineExceededError(
+            "a BLS call did not answer before the request's timeout");
+      }
+      response = std::move(call->stream.front().first);
+      *final = call->stream.front().second;
+      call->stream.pop_front();
+    }
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "bls_result");
+    Key(w, "final");
+    w.Bool(*final);
+    if (response == nullptr) {
+      Key(w, "outputs");
+      w.StartArray();
+      w.EndArray();
+    } else if (!response->status.ok()) {
+      Key(w, "error");
+      Str(w, std::string(response->status.message()));
+      Key(w, "code");
+      w.Int(TritonCodeFromStatus(response->status));
+    } else {
+      std::vector<const core::OutputTensor*> outs;
+      for (const auto& o : response->outputs) outs.push_back(&o);
+      Key(w, "outputs");
+      if (auto st = WriteTensors(stub, outs, w); !st.ok()) return st;
+    }
+    w.EndObject();
+    return stub->Send({buf.GetString(), buf.GetSize()});
+  }
+
   absl::Status SendBlsError(StubProcess* stub, const absl::Status& error) {
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
@@ -552,17 +727,13 @@ class PythonInstance : public ModelInstance {
                           std::span<core::InferResponse* const> responses, ExecutionTimes* times,
                           uint64_t deadline) {
     StubProcess* stub = proc->stub.get();
-    rapidjson::StringBuffer buf;
+    std::string& msg = message_;  // reused: its capacity stays
+    msg.clear();
     {
-      JsonWriter w(buf);
-      w.StartObject();
-      Key(w, "op");
-      Str(w, "execute");
-      if (config_.model_transaction_policy().decoupled()) {
-        Key(w, "decoupled");
-        w.Bool(true);
-      }
-      Key(w, "requests");
+      BinWriter w(&msg);
+      w.Put<uint8_t>(kBinExecute);
+      w.Put<uint8_t>(config_.model_transaction_policy().decoupled() ? 1 : 0);
+      w.Put<uint16_t>(static_cast<uint16_t>(requests.size()));
       uint64_t total = 0;
       for (const auto* r : requests) {
         for (const auto& in : r->inputs) total = AlignUp(total + in.data.size());
@@ -570,44 +741,37 @@ class PythonInstance : public ModelInstance {
       auto base = stub->Reserve(std::max<uint64_t>(total, 1));
       if (!base.ok()) return base.status();
       uint64_t off = 0;
-      w.StartArray();
       for (const auto* r : requests) {
-        w.StartObject();
-        Key(w, "id");
-        Str(w, r->id);
-        if (r->timeout_us != 0) {
-          Key(w, "timeout");
-          w.Uint64(r->timeout_us);
-        }
-        Key(w, "inputs");
-        w.StartArray();
+        w.Str16(r->id);
+        w.Put<uint64_t>(r->timeout_us);
+        w.Str32(r->parameters);
+        w.Put<uint16_t>(static_cast<uint16_t>(r->inputs.size()));
+        w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
+                                                                 : r->outputs.size()));
         for (const auto& in : r->inputs) {
           if (!in.data.empty()) std::memcpy(*base + off, in.data.data(), in.data.size());
-          WriteTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
+          PutTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
           off = AlignUp(off + in.data.size());
         }
-        w.EndArray();
-        Key(w, "outputs");
-        w.StartArray();
         if (r->outputs.empty()) {
-          for (const auto& o : config_.output()) Str(w, o.name());
+          for (const auto& o : config_.output()) w.Str16(o.name());
         } else {
-          for (const auto& o : r->outputs) Str(w, o.name);
+          for (const auto& o : r->outputs) w.Str16(o.name);
         }
-        w.EndArray();
-        w.EndObject();
       }
-      w.EndArray();
-      w.EndObject();
     }
     times->input_end_ns = core::NowNs();
-    if (auto st = stub->Send({buf.GetString(), buf.GetSize()}); !st.ok()) return st;
+    if (auto st = stub->Send(msg); !st.ok()) return st;
 
     std::map<int64_t, std::shared_ptr<BlsCall>> pending;
     int64_t next_call = 0;
     for (;;) {
       auto reply = stub->Receive(deadline);
       if (!reply.ok()) return reply.status();
+      if (!reply->empty() && (*reply)[0] == kBinDone) {
+        times->output_start_ns = core::NowNs();
+        return CollectBinaryResponses(stub, *reply, requests, responses);
+      }
       auto parsed = ParseMessage(*reply, label_);
       if (!parsed.ok()) return parsed.status();
       const rapidjson::Document& doc = *parsed;
@@ -638,9 +802,20 @@ class PythonInstance : public ModelInstance {
           pending[id] = std::move(call);
           RETURN_IF_ERROR(stub->Send(inferd::StrCat(R"({"op":"bls_id","call":)", id, "}")));
         }
+      } else if (op == "bls_next") {
+        auto it = pending.find(GetInt(doc, "call", -1));
+        if (it == pending.end() || !it->second->decoupled) {
+          RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
+                                                    "this BLS call has no more responses")));
+        } else {
+          bool final = false;
+          std::shared_ptr<BlsCall> call = it->second;
+          RETURN_IF_ERROR(NextBlsResponse(stub, call.get(), deadline, &final));
+          if (final) pending.erase(it);
+        }
       } else if (op == "bls_wait") {
         auto it = pending.find(GetInt(doc, "call", -1));
-        if (it == pending.end()) {
+        if (it == pending.end() || it->second->decoupled) {
           RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
                                                     "this BLS call was already awaited")));
         } else {
@@ -648,6 +823,17 @@ class PythonInstance : public ModelInstance {
           pending.erase(it);
           RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
         }
+      } else if (op == "is_cancelled") {
+        // request.is_cancelled() / the response sender's: the client went away.
+        const int64_t index = GetInt(doc, "request", -1);
+        bool cancelled = false;
+        if (index >= 0 && static_cast<size_t>(index) < requests.size()) {
+          const core::InferRequest& r = *requests[static_cast<size_t>(index)];
+          cancelled = r.IsCancelled() ||
+                      (r.response_sender != nullptr && r.response_sender->IsCancelled());
+        }
+        RETURN_IF_ERROR(stub->Send(cancelled ? R"({"op":"cancelled","cancelled":true})"
+                                             : R"({"op":"cancelled","cancelled":false})"));
       } else if (op == "send") {
         RETURN_IF_ERROR(HandleSend(stub, doc, requests));
         RETURN_IF_ERROR(stub->Send(R"({"op":"ok"})"));
@@ -725,6 +911,42 @@ class PythonInstance : public ModelInstance {
       auto outs = v.FindMember("outputs");
       if (outs == v.MemberEnd()) continue;
       auto tensors = ReadTensors(stub, outs->value);
+      if (!tensors.ok()) return tensors.status();
+      for (auto& t : *tensors) {
+        if (IsOutputRequested(*requests[i], t.name)) resp.outputs.push_back(std::move(t));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CollectBinaryResponses(StubProcess* stub, std::string_view message,
+                                      std::span<core::InferRequest* const> requests,
+                                      std::span<core::InferResponse* const> responses) {
+    BinReader r(message);
+    r.Get<uint8_t>();
+    r.Get<uint8_t>();
+    const uint16_t count = r.Get<uint16_t>();
+    if (!r.ok() || count != responses.size()) {
+      return absl::InternalError("the Python process answered a different number of responses");
+    }
+    for (size_t i = 0; i < responses.size(); ++i) {
+      core::InferResponse& resp = *responses[i];
+      const uint8_t kind = r.Get<uint8_t>();
+      if (kind == 1) {
+        const uint8_t code = r.Get<uint8_t>();
+        resp.status = StatusFromTritonCode(code, std::string(r.Str32()));
+        if (!r.ok()) return absl::InternalError("a truncated response from the Python process");
+        continue;
+      }
+      const uint16_t n = r.Get<uint16_t>();
+      std::vector<TensorDesc> descs;
+      descs.reserve(n);
+      for (uint16_t k = 0; k < n; ++k) {
+        auto d = GetTensorDesc(r);
+        if (!d.ok()) return d.status();
+        descs.push_back(*std::move(d));
+      }
+      auto tensors = CopyTensors(stub, std::move(descs));
       if (!tensors.ok()) return tensors.status();
       for (auto& t : *tensors) {
         if (IsOutputRequested(*requests[i], t.name)) resp.outputs.push_back(std::move(t));
@@ -831,6 +1053,7 @@ class PythonInstance : public ModelInstance {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   pid_t launching_pid_ ABSL_GUARDED_BY(mu_) = -1;
   std::string last_failure_ ABSL_GUARDED_BY(mu_);
+  std::string message_;  // the execute message, reused (Execute runs on one thread at a time)
 };
 
 class PythonBackend : public Backend {
@@ -839,6 +1062,9 @@ class PythonBackend : public Backend {
     // SageMaker's Triton container names (its serve script turns them into --backend-config).
     ReadSize("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", &settings_.shm_default_bytes);
     ReadSize("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", &settings_.shm_growth_bytes);
+    if (const char* v = std::getenv("INFERD_PYTHON_SPIN_US"); v != nullptr) {
+      (void)absl::SimpleAtoi(v, &settings_.spin_us);
+    }
   }
 
   std::string_view name() const override { return "python"; }
@@ -960,6 +1186,7 @@ class PythonBackend : public Backend {
     l.shm_growth_bytes = settings_.shm_growth_bytes;
     l.label = std::move(label);
     if (const char* py = std::getenv("INFERD_PYTHON"); py != nullptr && *py) l.python = py;
+    l.spin_us = settings_.spin_us;
     return l;
   }
 

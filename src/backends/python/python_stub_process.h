@@ -1,5 +1,5 @@
 // One Python stub process and the two channels to it: a connected socket for control messages
-// (4-byte little-endian length + JSON, one at a time in turn) and a memfd mapped on both sides
+// (4-byte little-endian length + a message, one at a time in turn) and a memfd mapped on both sides
 // for tensor bytes. memfd_create needs no /dev/shm, so a small /dev/shm (SageMaker, Fargate)
 // cannot fail a request; the mapping starts at the default size and grows by the growth step
 // whenever a message needs more (either side may ftruncate; the reader remaps).
@@ -30,6 +30,8 @@ struct LaunchSpec {
   uint64_t shm_default_bytes = 1 << 20;
   uint64_t shm_growth_bytes = 1 << 20;
   std::string label;  // "model 'm' instance 'i'", for messages
+  // How long a receive spins before it sleeps (both processes; see docs/python_backend.md).
+  uint64_t spin_us = 0;
 };
 
 class StubProcess {
@@ -56,6 +58,10 @@ class StubProcess {
  private:
   StubProcess() = default;
   absl::Status Remap();
+  // Reads what the socket has (at least one byte) into `out`.
+  absl::StatusOr<size_t> ReadSome(char* out, size_t cap, uint64_t deadline_ns);
+
+  static constexpr size_t kReadChunk = 64 * 1024;
 
   pid_t pid_ = -1;
   int sock_ = -1;
@@ -64,6 +70,9 @@ class StubProcess {
   uint64_t mapped_ = 0;
   uint64_t growth_ = 1 << 20;
   std::string label_;
+  uint64_t spin_ns_ = 0;
+  std::string in_;     // bytes read but not yet returned by Receive, from in_pos_
+  size_t in_pos_ = 0;
 };
 
 // "exited with status 3", "was killed by signal 9 (Killed)".

@@ -1,6 +1,7 @@
 #include "frontends/grpc/grpc_codec.h"
 
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -8,6 +9,30 @@
 
 namespace inferd::grpcfe {
 namespace {
+
+// `s` as a JSON string literal.
+std::string JsonQuote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
 
 template <typename T>
 void Append(std::string* out, T v) {
@@ -156,8 +181,28 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
         return absl::InvalidArgumentError(StrCat("parameter '", key, "' must be a bool_param"));
       }
       (key == "sequence_start" ? req->sequence_start : req->sequence_end) = p.bool_param();
+    } else if (key != "binary_data_output") {
+      // The rest travel with the request as JSON (Triton's Python backend:
+      // request.parameters()).
+      std::string value;
+      if (p.has_bool_param()) {
+        value = p.bool_param() ? "true" : "false";
+      } else if (p.has_int64_param()) {
+        value = StrCat(p.int64_param());
+      } else if (p.has_uint64_param()) {
+        value = StrCat(p.uint64_param());
+      } else if (p.has_double_param()) {
+        value = StrCat(p.double_param());
+      } else if (p.has_string_param()) {
+        value = JsonQuote(p.string_param());
+      } else {
+        continue;
+      }
+      req->parameters += req->parameters.empty() ? "{" : ",";
+      req->parameters += JsonQuote(key) + ":" + value;
     }
   }
+  if (!req->parameters.empty()) req->parameters += "}";
   const bool raw = message.raw_input_contents_size() > 0;
   // Inputs in shared memory have no raw entry: the raw entries are the other inputs, in order.
   int expected_raw = 0;

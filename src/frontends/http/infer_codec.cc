@@ -641,6 +641,23 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         *flag = p->value.GetBool();
       }
     }
+    // The rest travel with the request (Triton's Python backend: request.parameters()).
+    rapidjson::StringBuffer rest;
+    rapidjson::Writer<rapidjson::StringBuffer> rw(rest);
+    rw.StartObject();
+    bool any = false;
+    for (const auto& m : params.GetObject()) {
+      const std::string_view k(m.name.GetString(), m.name.GetStringLength());
+      if (k == "binary_data_output" || k == "priority" || k == "timeout" || k == "sequence_id" ||
+          k == "sequence_start" || k == "sequence_end") {
+        continue;
+      }
+      rw.Key(m.name.GetString(), m.name.GetStringLength());
+      m.value.Accept(rw);
+      any = true;
+    }
+    rw.EndObject();
+    if (any) req.parameters.assign(rest.GetString(), rest.GetSize());
   }
 
   auto inputs = doc.FindMember("inputs");

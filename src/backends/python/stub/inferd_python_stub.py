@@ -1,7 +1,7 @@
 """The process inferd runs for one instance of a Python model (Triton's model.py, unchanged).
 
 inferd starts it with a connected socket on fd INFERD_PYTHON_FD (control: 4-byte little-endian
-length + JSON) and a memfd on fd INFERD_PYTHON_SHM_FD (tensor bytes). The exchange is strictly
+length + a message: binary for execute and its answer, JSON for the rest) and a memfd on fd INFERD_PYTHON_SHM_FD (tensor bytes). The exchange is strictly
 turn-based: whoever sends a message has written its tensors at the start of the mapping, and the
 receiver copies them out before it sends anything, so one mapping serves both directions. The
 writer grows the memfd (ftruncate) when a message needs more room; the reader remaps when a
@@ -18,6 +18,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -26,6 +27,21 @@ import triton_python_backend_utils as pb
 
 _ALIGN = 64
 _LEN = struct.Struct("<I")
+# The binary messages of the per-request path (python_backend.cc describes the layout).
+_BIN_EXECUTE = 1
+_BIN_DONE = 2
+_HEAD = struct.Struct("<BBH")
+_U16 = struct.Struct("<H")
+_REQ = struct.Struct("<QI")
+_COUNTS = struct.Struct("<HH")
+_TYPE_DIMS = struct.Struct("<BB")
+_OFF_SIZE = struct.Struct("<QQ")
+_OK = struct.Struct("<BH")
+_ERR = struct.Struct("<BBI")
+_DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
+_NUMPY_OF_CODE = [None] + [np.dtype(pb._NUMPY_OF_NAME[n]) if n in pb._NUMPY_OF_NAME else None
+                           for n in pb._TYPE_NAMES[1:]]
+_MSG_DONTWAIT = socket.MSG_DONTWAIT
 
 
 def _align(n):
@@ -61,22 +77,30 @@ class SharedRegion:
         self._remap()
 
     def read(self, d):
-        off, size, shape, dtype = d["offset"], d["size"], d["shape"], d["datatype"]
+        return self.read_at(d["offset"], d["size"], d["shape"], pb._CODE_OF_NAME[d["datatype"]])
+
+    def read_at(self, off, size, shape, code):
+        # A copy: the model may keep it, and the next message reuses the region.
         if off + size > self.size:
             self._remap()
-        if dtype == "BYTES":
+        if code == 13:
             return pb.deserialize_bytes_tensor(self.mm[off:off + size]).reshape(shape)
-        npt = np.dtype(pb._NUMPY_OF_NAME[dtype])
+        npt = _NUMPY_OF_CODE[code]
         if size == 0:
             return np.empty(shape, dtype=npt)
         return np.frombuffer(self.mm, dtype=npt, count=size // npt.itemsize,
                              offset=off).reshape(shape).copy()
 
     def write(self, tensors):
-        """Writes `tensors` from offset 0; returns their descriptors."""
+        """Writes `tensors` from offset 0; returns their JSON descriptors."""
+        return [{"name": name, "datatype": pb._TYPE_NAMES[code], "shape": shape, "offset": o,
+                 "size": n} for name, code, shape, _, o, n in self.write_raw(tensors)]
+
+    def write_raw(self, tensors):
+        """Writes `tensors` from offset 0; returns (name, type code, shape, array, offset,
+        size) of each."""
         items = []
         off = 0
-        names = pb._TYPE_NAMES
         for t in tensors:
             if t.__class__ is not pb.Tensor and not isinstance(t, pb.Tensor):
                 raise pb.TritonModelException(
@@ -92,18 +116,15 @@ class SharedRegion:
             else:
                 payload = np.ascontiguousarray(a)
             nbytes = payload.nbytes
-            items.append((t._name, names[code], list(a.shape), payload, off, nbytes))
+            items.append((t._name, code, a.shape, payload, off, nbytes))
             off = (off + nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         if off > self.size:
             self.reserve(off)
         mm = self.mm
-        descs = []
-        for name, dtype, shape, payload, o, n in items:
+        for _, _, _, payload, o, n in items:
             if n:
                 mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
-            descs.append({"name": name, "datatype": dtype, "shape": shape, "offset": o,
-                          "size": n})
-        return descs
+        return items
 
 
 class BlsFuture:
@@ -127,31 +148,60 @@ class BlsFuture:
 
 
 class Channel:
-    def __init__(self, sock, shm):
+    def __init__(self, sock, shm, spin_us=0):
         self.sock = sock
         self.shm = shm
+        self.spin_ns = int(spin_us) * 1000
+        self._pending = b""  # bytes read past the last message
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
         self.lock = threading.RLock()
 
     def send(self, obj):
-        data = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_raw(json.dumps(obj, separators=(",", ":")).encode())
+
+    def send_raw(self, data):
         self.sock.sendall(_LEN.pack(len(data)) + data)
 
-    def _recv_exact(self, n):
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if k == 0:
-                raise EOFError("inferd closed the connection")
-            got += k
-        return buf
+    def _read(self):
+        # A short spin first (INFERD_PYTHON_SPIN_US): a message that comes within it is taken
+        # without the scheduler's wake-up.
+        if self.spin_ns:
+            now = time.perf_counter_ns
+            end = now() + self.spin_ns
+            recv = self.sock.recv
+            while True:
+                try:
+                    data = recv(262144, _MSG_DONTWAIT)
+                    break
+                except BlockingIOError:
+                    if now() >= end:
+                        data = self.sock.recv(262144)
+                        break
+        else:
+            data = self.sock.recv(262144)
+        if not data:
+            raise EOFError("inferd closed the connection")
+        return data
+
+    def recv_raw(self):
+        """The next message's bytes (one recv call when the message came whole)."""
+        buf = self._pending
+        while True:
+            if len(buf) >= 4:
+                end = 4 + _LEN.unpack_from(buf)[0]
+                if len(buf) >= end:
+                    self._pending = buf[end:]
+                    return buf[4:end]
+            buf = buf + self._read() if buf else self._read()
 
     def recv(self):
-        (n,) = _LEN.unpack(self._recv_exact(4))
-        return json.loads(self._recv_exact(n))
+        return json.loads(self.recv_raw())
+
+    def is_cancelled(self, index):
+        with self.lock:
+            self.send({"op": "is_cancelled", "request": index})
+            return bool(self.recv().get("cancelled"))
 
     # -- calls a model makes -------------------------------------------------------------------
     def log(self, level, message):
@@ -176,13 +226,14 @@ class Channel:
             self.send(msg)
             self.recv()
 
-    def _bls(self, request, wait):
+    def _bls(self, request, wait, decoupled=False):
         with self.lock:
             descs = self.shm.write(request.inputs())
             self.send({"op": "bls", "wait": wait, "model_name": request.model_name(),
                        "model_version": request._model_version, "id": request.request_id(),
                        "inputs": descs, "outputs": request.requested_output_names(),
-                       "timeout": request.timeout()})
+                       "timeout": request.timeout(), "parameters": request.parameters(),
+                       "decoupled": decoupled})
             return self.recv()
 
     def _response(self, reply):
@@ -201,10 +252,72 @@ class Channel:
             return BlsFuture(self, None, (reply["error"], reply.get("code", 1)))
         return BlsFuture(self, reply["call"], None)
 
+    def bls_stream(self, request):
+        reply = self._bls(request, False, True)
+        if reply.get("error") is not None:
+            return ResponseIterator(self, None, (reply["error"], reply.get("code", 1)))
+        return ResponseIterator(self, reply["call"], None)
+
+    def bls_stream_submit(self, request):
+        return _Ready(self.bls_stream(request))
+
+    def bls_next(self, call_id):
+        with self.lock:
+            self.send({"op": "bls_next", "call": call_id})
+            reply = self.recv()
+            return self._response(reply), reply.get("final", True)
+
     def bls_wait(self, call_id):
         with self.lock:
             self.send({"op": "bls_wait", "call": call_id})
             return self._response(self.recv())
+
+
+class _Ready:
+    """An awaitable whose result is already there (async_exec(decoupled=True))."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+    def __await__(self):
+        return self._value
+        yield  # makes this a generator, as __await__ must be
+
+
+class ResponseIterator:
+    """exec(decoupled=True): the called model's responses in order; `for` or `async for`."""
+
+    def __init__(self, channel, call_id, error):
+        self._channel, self._id, self._error = channel, call_id, error
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        if self._error is not None:
+            self._done = True
+            return pb.InferenceResponse([], pb.TritonError(*self._error))
+        response, final = self._channel.bls_next(self._id)
+        self._done = bool(final)
+        return response
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            return self.__next__()
+        except StopIteration:
+            raise StopAsyncIteration
+
+    def cancel(self):
+        pass
 
 
 class ResponseSender:
@@ -231,7 +344,7 @@ class ResponseSender:
                 self._done.notify_all()
 
     def is_cancelled(self):
-        return False
+        return self._channel.is_cancelled(self._index)
 
 
 def _error_message(e):
@@ -320,14 +433,53 @@ class Stub:
                 done.wait(0.05)
         return {"op": "done", "responses": []}
 
-    def execute(self, msg):
-        read = self.channel.shm.read
-        wrap = pb.Tensor._wrap
+    def _requests(self, msg):
+        """The InferenceRequests of a binary execute message, and its flags."""
+        read = self.channel.shm.read_at
+        wrap = pb.Tensor._wrap_code
+        make = pb.InferenceRequest._make
         name, version = self.name, self.version
-        requests = [pb.InferenceRequest(
-            r.get("id", ""), 0, [wrap(d["name"], read(d), d["datatype"]) for d in r["inputs"]],
-            r["outputs"], name, version, 0, r.get("timeout", 0)) for r in msg["requests"]]
-        if msg.get("decoupled"):
+        u16, req_head, counts = _U16.unpack_from, _REQ.unpack_from, _COUNTS.unpack_from
+        type_dims, off_size = _TYPE_DIMS.unpack_from, _OFF_SIZE.unpack_from
+        _, flags, count = _HEAD.unpack_from(msg, 0)
+        pos = 4
+        requests = []
+        for index in range(count):
+            (n,) = u16(msg, pos)
+            pos += 2
+            rid = msg[pos:pos + n].decode() if n else ""
+            pos += n
+            timeout, n = req_head(msg, pos)
+            pos += 12
+            params = msg[pos:pos + n].decode() if n else "{}"
+            pos += n
+            n_in, n_out = counts(msg, pos)
+            pos += 4
+            inputs = []
+            for _ in range(n_in):
+                (n,) = u16(msg, pos)
+                pos += 2
+                tname = msg[pos:pos + n].decode()
+                pos += n
+                code, dims = type_dims(msg, pos)
+                pos += 2
+                shape = _DIMS[dims].unpack_from(msg, pos)
+                pos += 8 * dims
+                off, size = off_size(msg, pos)
+                pos += 16
+                inputs.append(wrap(tname, read(off, size, shape, code), code))
+            outputs = []
+            for _ in range(n_out):
+                (n,) = u16(msg, pos)
+                pos += 2
+                outputs.append(msg[pos:pos + n].decode())
+                pos += n
+            requests.append(make(rid, inputs, outputs, name, version, timeout, params, index))
+        return requests, flags
+
+    def execute(self, msg):
+        requests, flags = self._requests(msg)
+        if flags & 1:
             return self.execute_decoupled(msg, requests)
         try:
             result = self.model.execute(requests)
@@ -341,28 +493,45 @@ class Stub:
                     "Number of InferenceResponse objects do not match the number of "
                     f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                     f"and InferenceResponse(s) size is:{got}"}
+        # The answer: binary (see python_backend.cc), tensors in the shared region.
         out = []
         tensors = []
         for resp in result:
-            if not isinstance(resp, pb.InferenceResponse):
-                out.append({"error": "execute returned " + type(resp).__name__ +
-                            " where a pb_utils.InferenceResponse belongs", "code": 1})
+            if resp.__class__ is not pb.InferenceResponse and \
+                    not isinstance(resp, pb.InferenceResponse):
+                out.append((1, "execute returned " + type(resp).__name__ +
+                            " where a pb_utils.InferenceResponse belongs"))
                 continue
             err = resp._error
             if err is not None:
                 code = err.code() if hasattr(err, "code") else 1
                 message = err.message() if hasattr(err, "message") else str(err)
-                out.append({"error": message, "code": code})
+                out.append((code, message))
                 continue
             first = len(tensors)
             tensors.extend(resp._outputs)
-            out.append((first, len(tensors)))
+            out.append((first, len(tensors), None))
         try:
-            descs = self.channel.shm.write(tensors)
+            items = self.channel.shm.write_raw(tensors)
         except Exception as e:
             return {"op": "done", "error": _error_message(e)}
-        return {"op": "done", "responses": [
-            {"outputs": descs[r[0]:r[1]]} if r.__class__ is tuple else r for r in out]}
+        parts = [_HEAD.pack(_BIN_DONE, 0, len(out))]
+        append = parts.append
+        for r in out:
+            if len(r) == 2:
+                message = r[1].encode()
+                append(_ERR.pack(1, r[0] & 0xff, len(message)))
+                append(message)
+                continue
+            append(_OK.pack(0, r[1] - r[0]))
+            for tname, code, shape, _, off, size in items[r[0]:r[1]]:
+                b = tname.encode()
+                append(_U16.pack(len(b)))
+                append(b)
+                append(_TYPE_DIMS.pack(code, len(shape)))
+                append(_DIMS[len(shape)].pack(*shape))
+                append(_OFF_SIZE.pack(off, size))
+        return b"".join(parts)
 
     def finalize(self):
         fn = getattr(self.model, "finalize", None) if self.model is not None else None
@@ -386,18 +555,27 @@ def main():
     sock = socket.socket(fileno=int(os.environ["INFERD_PYTHON_FD"]))
     shm = SharedRegion(int(os.environ["INFERD_PYTHON_SHM_FD"]),
                        int(os.environ.get("INFERD_PYTHON_SHM_GROWTH", "1048576")))
-    channel = Channel(sock, shm)
+    channel = Channel(sock, shm, os.environ.get("INFERD_PYTHON_SPIN_US", "0") or 0)
     pb._channel = channel
     stub = Stub(channel)
     while True:
         try:
-            msg = channel.recv()
+            raw = channel.recv_raw()
         except EOFError:
             return 0
-        op = msg.get("op")
         try:
+            if raw[0] == _BIN_EXECUTE:
+                reply = stub.execute(raw)
+                if reply.__class__ is bytes:
+                    with channel.lock:
+                        channel.send_raw(reply)
+                    continue
+                op = "execute"
+            else:
+                msg = json.loads(raw)
+                op = msg.get("op")
             if op == "execute":
-                reply = stub.execute(msg)
+                pass
             elif op == "init":
                 reply = stub.initialize(msg)
             elif op == "auto_complete":

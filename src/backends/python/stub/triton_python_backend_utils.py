@@ -209,6 +209,8 @@ class _DLPackCapsule:
 class Tensor:
     """A named tensor over a numpy array (BYTES as a numpy object array)."""
 
+    __slots__ = ("_name", "_array", "_dtype")
+
     def __init__(self, name, numpy_array, triton_dtype=None):
         if numpy_array.__class__ is not np.ndarray:
             numpy_array = np.asarray(numpy_array)
@@ -235,6 +237,12 @@ class Tensor:
         # The stub's constructor for tensors it read: the type is known, nothing to check.
         t = object.__new__(cls)
         t._name, t._array, t._dtype = name, array, _CODE_OF_NAME[type_name]
+        return t
+
+    @classmethod
+    def _wrap_code(cls, name, array, code):
+        t = object.__new__(cls)
+        t._name, t._array, t._dtype = name, array, code
         return t
 
     def name(self):
@@ -288,6 +296,8 @@ TRITONSERVER_MEMORY_CPU = 0
 
 
 class InferenceResponse:
+    __slots__ = ("_outputs", "_error", "_parameters")
+
     def __init__(self, output_tensors=None, error=None, parameters=None):
         if output_tensors is None:
             output_tensors = []
@@ -314,6 +324,10 @@ class InferenceResponse:
 class InferenceRequest:
     """A request given to execute(), or one a model builds to call another model (BLS)."""
 
+    __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested", "_model_name",
+                 "_model_version", "_flags", "_timeout", "_parameters", "_sender", "_index",
+                 "_preferred_memory", "_trace")
+
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
                  model_name="", model_version=-1, flags=0, timeout=0, preferred_memory=None,
                  trace=None, parameters=None):
@@ -327,9 +341,26 @@ class InferenceRequest:
         self._model_version = int(model_version)
         self._flags = flags
         self._timeout = int(timeout)
+        if parameters and not isinstance(parameters, (str, dict)):
+            raise TritonModelException("InferenceRequest: parameters must be a dict or a JSON "
+                                       f"string, got {type(parameters).__name__}")
         self._parameters = "{}" if not parameters else \
             parameters if isinstance(parameters, str) else json.dumps(parameters)
         self._sender = None
+        self._index = -1  # the position in execute()'s list; -1: a request the model built
+        self._preferred_memory = preferred_memory
+        self._trace = trace
+
+    @classmethod
+    def _make(cls, request_id, inputs, requested, model_name, model_version, timeout,
+              parameters, index):
+        # The stub's constructor for the requests it hands to execute(): no checks, no copies.
+        r = object.__new__(cls)
+        r._request_id, r._correlation_id, r._inputs, r._requested = request_id, 0, inputs, requested
+        r._model_name, r._model_version, r._flags, r._timeout = model_name, model_version, 0, timeout
+        r._parameters, r._sender, r._index = parameters, None, index
+        r._preferred_memory = r._trace = None
+        return r
 
     def inputs(self):
         return self._inputs
@@ -359,7 +390,10 @@ class InferenceRequest:
         return self._model_name
 
     def is_cancelled(self):
-        return False
+        """Whether the client of this request went away (asks inferd: one round trip)."""
+        if self._index < 0 or _channel is None:
+            return False
+        return _channel.is_cancelled(self._index)
 
     def set_release_flags(self, flags):
         pass
@@ -372,13 +406,17 @@ class InferenceRequest:
         return self._sender
 
     def exec(self, decoupled=False):
+        """Runs the request in inferd; decoupled=True: an iterator over the model's responses
+        (the last one may be empty: the final flag alone)."""
         if decoupled:
-            raise TritonModelException("decoupled BLS calls are not supported by inferd yet")
+            return _channel.bls_stream(self)
         return _channel.bls_exec(self)
 
     def async_exec(self, decoupled=False):
+        """An awaitable of exec()'s result; decoupled=True: of a response iterator (also
+        usable with `async for`)."""
         if decoupled:
-            raise TritonModelException("decoupled BLS calls are not supported by inferd yet")
+            return _channel.bls_stream_submit(self)
         return _channel.bls_submit(self)
 
 
