@@ -105,9 +105,7 @@ constexpr std::string_view kNoGpu = "no GPU on this server";
 constexpr std::string_view kGrpcArg = "inferd's gRPC server keeps gRPC's own default";
 
 constexpr NoEffectFlag kNoEffectFlags[] = {
-    {"id", Arg::kString, "server metadata names inferd"},
     {"model-load-retry-count", Arg::kInt, "a failed load is not retried at start"},
-    {"model-namespacing", Arg::kBool, "model namespaces are not implemented"},
     {"enable-peer-access", Arg::kBool, kNoGpu},
     {"reuse-http-port", Arg::kBool, "each HTTP event loop has its own SO_REUSEPORT socket anyway"},
     {"reuse-grpc-port", Arg::kBool, kGrpcArg},
@@ -368,6 +366,10 @@ std::string Usage() {
   --exit-timeout-secs=<n>          after SIGTERM, exit (status 1) if requests in flight take
                                    longer than this (default 30)
   --model-config-name=<name>       use <model>/configs/<name>.pbtxt where it exists
+  --id=<string>                    the server's identifier, server metadata's "name"
+                                   (default inferd)
+  --model-namespacing=false        a model name must be unique across the repositories
+                                   (tritonserver's default); true is refused
   --backend-config=[<backend>,]<key>=<value>   e.g. onnxruntime,default-max-batch-size=8
                                    (the max_batch_size auto-complete gives a model that can
                                    batch; default 4); repeatable
@@ -550,6 +552,20 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          return absl::OkStatus();
        }},
       {"metrics-config", [&](const std::string& v) { return metrics::ApplyMetricsConfigSetting(v, &f.server.latency_metrics); }},
+      // tritonserver's --id: the server identifier, the server metadata's "name".
+      {"id", [&](const std::string& v) { f.server.id = v; return absl::OkStatus(); }},
+      {"model-namespacing", [&](const std::string& v) -> absl::Status {
+         // Off (tritonserver's default) is this store's behaviour: a model name found in two
+         // repositories is refused. On would serve both under per-repository namespaces.
+         auto b = ParseBool("model-namespacing", v);
+         if (!b.ok()) return b.status();
+         if (*b) {
+           return absl::InvalidArgumentError(
+               "--model-namespacing=true: model namespaces are not implemented (a model name "
+               "must be unique across the --model-repository folders); leave it false");
+         }
+         return absl::OkStatus();
+       }},
   };
 
   for (size_t i = 0; i < args.size(); ++i) {

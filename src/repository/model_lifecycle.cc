@@ -1,8 +1,11 @@
 #include "repository/model_lifecycle.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -343,7 +346,14 @@ absl::Status ModelLifecycle::LoadOne(const std::string& name, const std::string&
                                      const std::optional<config::ModelConfig>& override_config,
                                      LoadContext& ctx) {
   ASSIGN_OR_RETURN(bool claimed, Claim(name, ctx));
-  if (!claimed) return absl::OkStatus();  // loaded earlier in this pass
+  if (!claimed) {
+    // Loaded earlier in this pass (say, as an ensemble's step); now it is named itself too.
+    if (ctx.explicit_load) {
+      inferd::MutexLock lock(&mu_);
+      if (auto it = entries_.find(name); it != entries_.end()) it->second.explicit_load = true;
+    }
+    return absl::OkStatus();
+  }
   absl::Status st = LoadClaimed(name, dir, override_config, ctx);
   Unclaim(name);
   return st;
@@ -365,6 +375,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     e.source_fingerprint = ctx.source_fingerprint;
     if (ctx.origin) e.origin = ctx.origin;
     if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
+    e.explicit_load = e.explicit_load || ctx.explicit_load;
     ++counters_.load_failures;
     return st;
   };
@@ -500,6 +511,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     if (ctx.origin) e.origin = ctx.origin;
     e.residency = ctx.residency;
     e.parts = ctx.parts;
+    e.explicit_load = e.explicit_load || ctx.explicit_load;
     if (first_error.ok()) {
       ++counters_.loads;
     } else {
@@ -589,6 +601,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
         part.ensemble_stack = ctx.ensemble_stack;
         part.siblings = ctx.siblings;
         part.source_fingerprint = source_fingerprint;
+        part.explicit_load = false;  // loaded because the ensemble runs it
         const bool sibling = ctx.siblings.count(step.model_name) > 0;
         // An archive's parts come and go with their ensemble; a repository model loaded for an
         // ensemble is pinned (or evictable) like the ensemble.
@@ -715,9 +728,59 @@ absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::st
   return LoadOne(name, model_dir, override_config, ctx);
 }
 
+absl::Status ValidateOverrideFilePath(const std::string& path) {
+  auto bad = [&path](std::string_view why) {
+    return absl::InvalidArgumentError(StrCat("parameter 'file:", path, "': ", why));
+  };
+  if (path.empty()) return bad("names no file (the form is file:<version>/<file name>)");
+  if (path.front() == '/') return bad("the path must be relative to the model folder");
+  if (path.find('\0') != std::string::npos) return bad("the path holds a NUL character");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string_view part(path.data() + start, end - start);
+    if (part.empty() || part == ".") return bad("the path has an empty or '.' component");
+    if (part == "..") return bad("the path may not leave the model folder ('..')");
+    start = end + 1;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelLifecycle::Load(const std::string& name,
-                                  const std::optional<config::ModelConfig>& override_config) {
+                                  const std::optional<config::ModelConfig>& override_config,
+                                  const std::map<std::string, std::string>& files) {
   RETURN_IF_ERROR(ValidateModelName(name));
+  if (!files.empty()) {
+    if (!override_config) {
+      return absl::InvalidArgumentError(StrCat(
+          "failed to load '", name, "': parameter 'file:", files.begin()->first,
+          "' needs the 'config' parameter too (the configuration of the model folder the files "
+          "form)"));
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const std::string> root, WriteOverrideFolder(name, files));
+    LoadContext ctx;
+    ctx.residency = Residency::kPinned;
+    const absl::Status st = LoadOne(name, StrCat(*root, "/", name), override_config, ctx);
+    inferd::MutexLock lock(&mu_);
+    if (auto it = entries_.find(name); it != entries_.end()) {
+      // On a failure the previous folder stays while its versions keep serving.
+      if (st.ok() || !it->second.override_dir) it->second.override_dir = std::move(root);
+    }
+    return st;
+  }
+  absl::Status st = LoadFromRepository(name, override_config);
+  if (st.ok()) {
+    // Back to the repository's copy: the files of an earlier load with "file:" go.
+    std::shared_ptr<const std::string> old;
+    inferd::MutexLock lock(&mu_);
+    if (auto it = entries_.find(name); it != entries_.end()) old = std::move(it->second.override_dir);
+  }
+  return st;
+}
+
+absl::Status ModelLifecycle::LoadFromRepository(
+    const std::string& name, const std::optional<config::ModelConfig>& override_config) {
   Scan scan = ScanSources();
   if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
     return absl::InvalidArgumentError(dup->second);
@@ -870,8 +933,10 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   return LoadOne(name, found->dir, std::nullopt, ctx);
 }
 
-absl::Status ModelLifecycle::Unload(const std::string& name) {
+absl::Status ModelLifecycle::Unload(const std::string& name, bool unload_dependents) {
   std::vector<std::shared_ptr<const Model>> retired;
+  std::vector<std::shared_ptr<const std::string>> override_dirs;
+  std::vector<std::string> dependents;
   {
     inferd::MutexLock lock(&mu_);
     auto it = entries_.find(name);
@@ -879,14 +944,87 @@ absl::Status ModelLifecycle::Unload(const std::string& name) {
       return absl::InvalidArgumentError(
           inferd::StrCat("failed to unload '", name, "': the model is not loaded"));
     }
-    // Like tritonserver, an unloaded model stays in the index as UNAVAILABLE ("unloaded").
-    RetireLocked(name, kUnloadedReason, &retired);
-    it->second.failed = false;
-    it->second.reason.clear();
+    auto retire = [&](Entry& e, const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      // Like tritonserver, an unloaded model stays in the index as UNAVAILABLE ("unloaded").
+      RetireLocked(n, kUnloadedReason, &retired);
+      e.failed = false;
+      e.reason.clear();
+      e.explicit_load = false;
+      if (e.override_dir) override_dirs.push_back(std::move(e.override_dir));
+    };
+    std::set<std::string> steps;
+    if (unload_dependents) steps = StepModelsLocked(it->second);
+    retire(it->second, name);
+    // Triton's cascade: a step model leaves when it was loaded only for an ensemble and no
+    // loaded ensemble runs it any more; its own steps are considered in turn.
+    std::vector<std::string> work(steps.begin(), steps.end());
+    while (!work.empty()) {
+      const std::string step = work.back();
+      work.pop_back();
+      auto sit = entries_.find(step);
+      if (sit == entries_.end() || sit->second.explicit_load) continue;
+      bool loaded = false;
+      for (const auto& [v, slot] : sit->second.versions) loaded |= slot.model != nullptr;
+      if (!loaded) continue;
+      bool still_run = false;
+      for (const auto& [n, e] : entries_) {
+        if (n != step && StepModelsLocked(e).count(step) != 0) still_run = true;
+      }
+      if (still_run) continue;
+      const std::set<std::string> sub = StepModelsLocked(sit->second);
+      retire(sit->second, step);
+      dependents.push_back(step);
+      work.insert(work.end(), sub.begin(), sub.end());
+    }
   }
   FreeRetired(&retired);
-  LOG_INFO << "unloaded model '" << name << "'";
+  override_dirs.clear();
+  LOG_INFO << "unloaded model '" << name << "'"
+           << (dependents.empty() ? std::string()
+                                  : StrCat(" and the models it ran: ", StrJoin(dependents, ", ")));
   return absl::OkStatus();
+}
+
+std::set<std::string> ModelLifecycle::StepModelsLocked(const Entry& e) const {
+  std::set<std::string> steps;
+  for (const auto& [v, slot] : e.versions) {
+    if (!slot.model) continue;
+    for (const auto& step : slot.model->config().ensemble_scheduling().step()) {
+      steps.insert(step.model_name());
+    }
+  }
+  return steps;
+}
+
+absl::StatusOr<std::shared_ptr<const std::string>> ModelLifecycle::WriteOverrideFolder(
+    const std::string& name, const std::map<std::string, std::string>& files) {
+  for (const auto& [rel, content] : files) RETURN_IF_ERROR(ValidateOverrideFilePath(rel));
+  std::string tmpl = (fs::temp_directory_path() / "inferd-override-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(StrCat("failed to load '", name,
+                                      "': cannot create a temporary model folder: ",
+                                      std::strerror(errno)));
+  }
+  // Removed when the last holder lets go (an unload, a later load, the entry's end).
+  std::shared_ptr<const std::string> root(new std::string(tmpl), [](const std::string* p) {
+    std::error_code ec;
+    fs::remove_all(*p, ec);
+    delete p;
+  });
+  const fs::path model_dir = fs::path(*root) / name;
+  for (const auto& [rel, content] : files) {
+    const fs::path path = model_dir / rel;
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.close();
+    if (ec || !out) {
+      return absl::InternalError(StrCat("failed to load '", name, "': cannot write parameter 'file:",
+                                        rel, "' to ", path.string()));
+    }
+  }
+  return root;
 }
 
 absl::Status ModelLifecycle::Forget(const std::string& name) {

@@ -68,6 +68,10 @@ struct IndexEntry {
 // is the model; otherwise its only sub-folder, or the ensemble among several.
 absl::StatusOr<std::string> ChooseModelFolder(const std::string& root);
 
+// The path of a "file:<path>" load parameter: relative, inside the model folder (no "..", no
+// empty or "." part). INVALID_ARGUMENT naming the parameter.
+absl::Status ValidateOverrideFilePath(const std::string& path);
+
 struct LifecycleOptions {
   std::vector<std::string> repositories;  // folders or s3:// URLs
   bool auto_complete = true;
@@ -110,8 +114,13 @@ class ModelLifecycle {
   // Loads (or reloads) `name` from the repositories; `override_config` replaces config.pbtxt.
   // Old versions keep serving until the new ones are READY, and keep serving if they fail.
   // Pinned. Returns the first version's error when the load fails.
+  // `files` (Triton's "file:<version>/<path>" load parameters: relative path -> content) form
+  // a temporary model folder that replaces the repository's copy of `name` (which need not
+  // exist there); they need `override_config`. A later load without files reads the
+  // repository again. The folder is deleted when the model is unloaded or loaded again.
   absl::Status Load(const std::string& name,
-                    const std::optional<config::ModelConfig>& override_config = std::nullopt);
+                    const std::optional<config::ModelConfig>& override_config = std::nullopt,
+                    const std::map<std::string, std::string>& files = {});
   // Loads every model folder in the repositories (control modes none and poll, `--load-model=*`),
   // in parallel on the loader pool. Returns an error naming each model that failed.
   absl::Status LoadAll();
@@ -120,7 +129,10 @@ class ModelLifecycle {
   // whatever its config.pbtxt calls it, and an ensemble's parts beside it are loaded too.
   // Evictable; ALREADY_EXISTS when `name` is loaded.
   absl::Status LoadFromUrl(const std::string& name, const std::string& url);
-  absl::Status Unload(const std::string& name);
+  // With `unload_dependents` (Triton's parameter), also unloads the models an ensemble runs
+  // that were loaded only because it runs them (not loaded by name themselves) and that no
+  // other loaded ensemble runs, recursively, as Triton's dependency graph does.
+  absl::Status Unload(const std::string& name, bool unload_dependents = false);
   // Unload, and forget where the model came from (SageMaker DELETE /models/<name>).
   absl::Status Forget(const std::string& name);
   // Poll mode: loads new models, reloads changed ones, unloads removed ones.
@@ -183,6 +195,11 @@ class ModelLifecycle {
     Residency residency = Residency::kPinned;
     std::optional<Origin> origin;
     std::vector<std::string> parts;  // an archive ensemble's composing models
+    // Loaded by name (a load request, --load-model, the start, a poll, on demand), not only
+    // as an ensemble's step: unload_dependents leaves it loaded.
+    bool explicit_load = false;
+    // The temporary folder of a load with "file:" parameters (removed with the entry's load).
+    std::shared_ptr<const std::string> override_dir;
     std::shared_ptr<Usage> usage = std::make_shared<Usage>();
     std::map<int64_t, VersionSlot> versions;
   };
@@ -216,6 +233,7 @@ class ModelLifecycle {
     std::optional<Origin> origin;
     std::string source_fingerprint;              // the listing's fingerprint (poll mode)
     std::vector<std::string> parts;              // receives the siblings loaded
+    bool explicit_load = true;                   // false for a model loaded as an ensemble's step
   };
   struct Located {
     Source* source = nullptr;
@@ -237,6 +255,13 @@ class ModelLifecycle {
   absl::Status LoadClaimed(const std::string& name, const std::string& dir,
                            const std::optional<config::ModelConfig>& override_config,
                            LoadContext& ctx);
+  // Load's repository path (no "file:" parameters).
+  absl::Status LoadFromRepository(const std::string& name,
+                                  const std::optional<config::ModelConfig>& override_config);
+  // Writes the "file:" parameters into <temporary folder>/<name>/ and returns the temporary
+  // folder, deleted when the last holder lets go.
+  absl::StatusOr<std::shared_ptr<const std::string>> WriteOverrideFolder(
+      const std::string& name, const std::map<std::string, std::string>& files);
   absl::StatusOr<config::ModelConfig> BuildConfig(
       const std::string& name, const std::string& dir,
       const std::optional<config::ModelConfig>& override_config);
@@ -272,6 +297,8 @@ class ModelLifecycle {
   // True when a loaded entry other than `leaving` lists `part` among its parts.
   bool SharedPartLocked(const std::string& part, const std::string& leaving) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The models a loaded ensemble's steps name (empty for a model that is not a loaded ensemble).
+  std::set<std::string> StepModelsLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes every version of `name` (and its parts no other ensemble shares) out of the registry; the caller frees them
   // outside mu_.
   void RetireLocked(const std::string& name, std::string_view reason,

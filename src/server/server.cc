@@ -426,7 +426,8 @@ std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) con
 }
 
 void Server::LoadModel(std::string name, std::optional<std::string> config_json,
-                       std::function<void(absl::Status)> done) {
+                       std::function<void(absl::Status)> done,
+                       std::map<std::string, std::string> files) {
   if (auto st = repository::ValidateModelName(name); !st.ok()) {
     done(st);
     return;
@@ -438,7 +439,22 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
         "(or on-demand)"));
     return;
   }
-  auto task = [this, name = std::move(name), config_json = std::move(config_json), done]() {
+  if (!files.empty() && !config_json) {
+    done(absl::InvalidArgumentError(StrCat(
+        "failed to load '", name, "': parameter 'file:", files.begin()->first,
+        "' needs the 'config' parameter too (the configuration of the model folder the files "
+        "form)")));
+    return;
+  }
+  for (const auto& [path, content] : files) {
+    if (auto st = repository::ValidateOverrideFilePath(path); !st.ok()) {
+      done(st);
+      return;
+    }
+  }
+  auto task = [this, name = std::move(name), config_json = std::move(config_json),
+               files = std::make_shared<std::map<std::string, std::string>>(std::move(files)),
+               done]() {
     std::optional<config::ModelConfig> override_config;
     if (config_json) {
       auto cfg = config::ParseModelConfigJson(*config_json);
@@ -448,14 +464,15 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
       }
       override_config = *std::move(cfg);
     }
-    done(lifecycle_->Load(name, override_config));
+    done(lifecycle_->Load(name, override_config, *files));
   };
   if (!loader_->Submit(task)) {
     done(absl::UnavailableError("too many model loads queued; retry later"));
   }
 }
 
-void Server::UnloadModel(std::string name, std::function<void(absl::Status)> done) {
+void Server::UnloadModel(std::string name, std::function<void(absl::Status)> done,
+                         bool unload_dependents) {
   if (auto st = repository::ValidateModelName(name); !st.ok()) {
     done(st);
     return;
@@ -467,7 +484,9 @@ void Server::UnloadModel(std::string name, std::function<void(absl::Status)> don
         "(or on-demand)"));
     return;
   }
-  auto task = [this, name = std::move(name), done]() { done(lifecycle_->Unload(name)); };
+  auto task = [this, name = std::move(name), done, unload_dependents]() {
+    done(lifecycle_->Unload(name, unload_dependents));
+  };
   if (!loader_->Submit(task)) {
     done(absl::UnavailableError("too many model unloads queued; retry later"));
   }

@@ -34,6 +34,7 @@ namespace inferd::server {
 enum class ControlMode { kNone, kExplicit, kPoll, kOnDemand };
 
 struct ServerOptions {
+  std::string id = "inferd";  // --id: the server metadata's "name", as tritonserver's --id
   std::vector<std::string> repositories;
   ControlMode control_mode = ControlMode::kNone;
   int poll_secs = 15;
@@ -97,6 +98,8 @@ class Server {
   static constexpr std::string_view kName = "inferd";
   static constexpr std::string_view kVersion = "0.1.0";
   static const std::vector<std::string>& Extensions();
+  // The server metadata's "name" (--id; kName by default).
+  const std::string& id() const { return options_.id; }
 
   bool IsLive() const;
   bool IsReady() const;
@@ -121,9 +124,14 @@ class Server {
 
   std::vector<repository::IndexEntry> RepositoryIndex(bool ready_only) const;
   // Run on the loader pool; `done` is called there. Explicit mode only.
+  // `files`: the "file:<path>" parameters (path -> content), a model folder that replaces the
+  // repository's; they need `config_json` (repository::ModelLifecycle::Load).
   void LoadModel(std::string name, std::optional<std::string> config_json,
-                 std::function<void(absl::Status)> done);
-  void UnloadModel(std::string name, std::function<void(absl::Status)> done);
+                 std::function<void(absl::Status)> done,
+                 std::map<std::string, std::string> files = {});
+  // `unload_dependents`: also the models an ensemble runs that were loaded only for it.
+  void UnloadModel(std::string name, std::function<void(absl::Status)> done,
+                   bool unload_dependents = false);
   // Synchronous, in any control mode: for the SageMaker multi-model API, which runs them on
   // a loader thread. `url`: a model folder, an archive, or an s3:// object. The model is
   // evictable under the memory budget and loads again on its next request.

@@ -89,7 +89,7 @@ IMPLEMENTED_FLAGS = [
     ("log-verbose", "0"), ("log-info", "true"), ("log-warning", "true"), ("log-error", "true"),
     ("log-format", "default"), ("log-file", "<log>"), ("exit-timeout-secs", "30"),
     ("backend-directory", "<bin>"), ("backend-config", "onnxruntime,default-max-batch-size=4"),
-    ("cache-config", "local,size=1048576"),
+    ("cache-config", "local,size=1048576"), ("id", "triton"), ("model-namespacing", "false"),
 ]
 # Implemented, but refused together with --cache-config (as tritonserver): test_response_cache.py.
 ALTERNATIVE_FLAGS = ["response-cache-byte-size"]
@@ -97,7 +97,7 @@ ALTERNATIVE_FLAGS = ["response-cache-byte-size"]
 HARNESS_FLAGS = ["model-repository", "http-port", "http-address", "grpc-port", "grpc-address",
                  "metrics-port", "metrics-address", "help"]
 NO_EFFECT_FLAGS = [
-    ("id", "triton"), ("model-load-retry-count", "1"), ("model-namespacing", "false"),
+    ("model-load-retry-count", "1"),
     ("enable-peer-access", "true"), ("reuse-http-port", "false"), ("reuse-grpc-port", "false"),
     ("http-header-forward-pattern", "x-.*"), ("grpc-header-forward-pattern", "x-.*"),
     ("grpc-infer-allocation-pool-size", "8"), ("grpc-max-response-pool-size", "8"),

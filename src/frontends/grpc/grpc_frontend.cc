@@ -20,11 +20,6 @@ namespace {
 using grpc::CallbackServerContext;
 using grpc::ServerUnaryReactor;
 
-grpc::Status Unimplemented(std::string_view what) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      StrCat(what, " is not supported by inferd yet"));
-}
-
 grpc::Status CudaUnsupported() {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                       "CUDA shared memory is not supported on this server (it has no GPU); use "
@@ -329,7 +324,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
                                      const inference::ServerMetadataRequest*,
                                      inference::ServerMetadataResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
-    resp->set_name(std::string(server::Server::kName));
+    resp->set_name(server_->id());
     resp->set_version(std::string(server::Server::kVersion));
     for (const auto& e : server::Server::Extensions()) resp->add_extensions(e);
     return Done(ctx, grpc::Status::OK);
@@ -446,6 +441,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
                                           inference::RepositoryModelLoadResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kModelRepository)) return refused;
     std::optional<std::string> config_json;
+    std::map<std::string, std::string> files;  // "file:<path>" parameters
     for (const auto& [key, p] : req->parameters()) {
       if (key == "config") {
         if (!p.has_string_param()) {
@@ -454,12 +450,18 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
         }
         config_json = p.string_param();
       } else if (key.rfind("file:", 0) == 0) {
-        return Done(ctx, Unimplemented(StrCat("parameter '", key, "' (model files in the request)")));
+        // Triton's model file override: the file's content as bytes_param.
+        if (!p.has_bytes_param()) {
+          return Done(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        StrCat("parameter '", key, "' must be a bytes_param holding the file's content")));
+        }
+        files[key.substr(5)] = p.bytes_param();
       }
     }
     auto* reactor = ctx->DefaultReactor();
-    server_->LoadModel(req->model_name(), std::move(config_json),
-                       [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    server_->LoadModel(
+        req->model_name(), std::move(config_json),
+        [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); }, std::move(files));
     return reactor;
   }
 
@@ -467,9 +469,18 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
                                             const inference::RepositoryModelUnloadRequest* req,
                                             inference::RepositoryModelUnloadResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kModelRepository)) return refused;
+    bool unload_dependents = false;
+    if (auto it = req->parameters().find("unload_dependents"); it != req->parameters().end()) {
+      if (!it->second.has_bool_param()) {
+        return Done(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "parameter 'unload_dependents' must be a bool_param"));
+      }
+      unload_dependents = it->second.bool_param();
+    }
     auto* reactor = ctx->DefaultReactor();
-    server_->UnloadModel(req->model_name(),
-                         [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    server_->UnloadModel(
+        req->model_name(), [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); },
+        unload_dependents);
     return reactor;
   }
 

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "common/logging.h"
 #include "common/strings.h"
 #include "config/model_config_util.h"
@@ -168,7 +169,7 @@ void KServeHttpService::Handle(const HttpRequest& request,
       JsonWriter w(buf);
       w.StartObject();
       w.Key("name");
-      WriteString(w, server::Server::kName);
+      WriteString(w, server_->id());
       w.Key("version");
       WriteString(w, server::Server::kVersion);
       w.Key("extensions");
@@ -505,6 +506,8 @@ void KServeHttpService::RepositoryLoad(const HttpRequest& request, const std::st
     reply([shared] { return std::move(*shared); });
   };
   std::optional<std::string> config_json;
+  std::map<std::string, std::string> files;  // "file:<path>" parameters, decoded
+  bool unload_dependents = false;
   if (!request.body.empty()) {
     rapidjson::Document doc;
     doc.Parse<rapidjson::kParseIterativeFlag>(request.body.data(), request.body.size());
@@ -520,8 +523,21 @@ void KServeHttpService::RepositoryLoad(const HttpRequest& request, const std::st
             return now(ErrorResponse(400, "parameter 'config' must be a string holding the model configuration as JSON"));
           }
           config_json.emplace(it->value.GetString(), it->value.GetStringLength());
-        } else if (key.substr(0, 5) == "file:") {
-          return now(ErrorResponse(501, inferd::StrCat("parameter '", key, "': loading model files from the request is not supported yet")));
+        } else if (key.substr(0, 5) == "file:" && load) {
+          // Triton's model file override: the file's content, base64-encoded.
+          if (!it->value.IsString()) {
+            return now(ErrorResponse(400, inferd::StrCat("parameter '", key, "' must be a string holding the file's content in base64")));
+          }
+          std::string content;
+          if (!absl::Base64Unescape(absl::string_view(it->value.GetString(), it->value.GetStringLength()), &content)) {
+            return now(ErrorResponse(400, inferd::StrCat("parameter '", key, "' is not valid base64")));
+          }
+          files[std::string(key.substr(5))] = std::move(content);
+        } else if (key == "unload_dependents" && !load) {
+          if (!it->value.IsBool()) {
+            return now(ErrorResponse(400, "parameter 'unload_dependents' must be a boolean"));
+          }
+          unload_dependents = it->value.GetBool();
         }
       }
     }
@@ -533,9 +549,9 @@ void KServeHttpService::RepositoryLoad(const HttpRequest& request, const std::st
     });
   };
   if (load) {
-    server_->LoadModel(model, std::move(config_json), std::move(done));
+    server_->LoadModel(model, std::move(config_json), std::move(done), std::move(files));
   } else {
-    server_->UnloadModel(model, std::move(done));
+    server_->UnloadModel(model, std::move(done), unload_dependents);
   }
 }
 
