@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -93,7 +94,6 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
   env_strings.push_back("INFERD_PYTHON_FD=3");
   env_strings.push_back("INFERD_PYTHON_SHM_FD=4");
   env_strings.push_back(inferd::StrCat("INFERD_PYTHON_SHM_GROWTH=", p->growth_));
-  env_strings.push_back(inferd::StrCat("INFERD_PYTHON_SPIN_US=", spec.spin_us));
   env_strings.push_back("PYTHONUNBUFFERED=1");
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
@@ -236,9 +236,9 @@ absl::StatusOr<size_t> StubProcess::ReadSome(char* out, size_t cap, uint64_t dea
           inferd::StrCat("the Python process of ", label_, " closed its connection"));
     }
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+      // Leaves the CPU to whatever else wants it (the Python process itself, when both share
+      // a core), so a spin never starves the side it waits for.
+      sched_yield();
       continue;
     }
     return absl::UnavailableError(inferd::StrCat("reading from the Python process of ", label_,

@@ -30,7 +30,7 @@ struct LaunchSpec {
   uint64_t shm_default_bytes = 1 << 20;
   uint64_t shm_growth_bytes = 1 << 20;
   std::string label;  // "model 'm' instance 'i'", for messages
-  // How long a receive spins before it sleeps (both processes; see docs/python_backend.md).
+  // How long Receive polls before it sleeps (docs/python_backend.md: INFERD_PYTHON_SPIN_US).
   uint64_t spin_us = 0;
 };
 

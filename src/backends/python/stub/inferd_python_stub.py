@@ -41,7 +41,6 @@ _ERR = struct.Struct("<BBI")
 _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
 _NUMPY_OF_CODE = [None] + [np.dtype(pb._NUMPY_OF_NAME[n]) if n in pb._NUMPY_OF_NAME else None
                            for n in pb._TYPE_NAMES[1:]]
-_MSG_DONTWAIT = socket.MSG_DONTWAIT
 
 
 def _align(n):
@@ -148,10 +147,9 @@ class BlsFuture:
 
 
 class Channel:
-    def __init__(self, sock, shm, spin_us=0):
+    def __init__(self, sock, shm):
         self.sock = sock
         self.shm = shm
-        self.spin_ns = int(spin_us) * 1000
         self._pending = b""  # bytes read past the last message
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
@@ -164,22 +162,7 @@ class Channel:
         self.sock.sendall(_LEN.pack(len(data)) + data)
 
     def _read(self):
-        # A short spin first (INFERD_PYTHON_SPIN_US): a message that comes within it is taken
-        # without the scheduler's wake-up.
-        if self.spin_ns:
-            now = time.perf_counter_ns
-            end = now() + self.spin_ns
-            recv = self.sock.recv
-            while True:
-                try:
-                    data = recv(262144, _MSG_DONTWAIT)
-                    break
-                except BlockingIOError:
-                    if now() >= end:
-                        data = self.sock.recv(262144)
-                        break
-        else:
-            data = self.sock.recv(262144)
+        data = self.sock.recv(262144)
         if not data:
             raise EOFError("inferd closed the connection")
         return data
@@ -362,6 +345,8 @@ class Stub:
         self.version = -1
         self.loop = None
         self.outputs_all = []
+        self._last_msg = None
+        self._last_layout = None
 
     def load_module(self, msg):
         path = msg["model_path"]
@@ -433,18 +418,15 @@ class Stub:
                 done.wait(0.05)
         return {"op": "done", "responses": []}
 
-    def _requests(self, msg):
-        """The InferenceRequests of a binary execute message, and its flags."""
-        read = self.channel.shm.read_at
-        wrap = pb.Tensor._wrap_code
-        make = pb.InferenceRequest._make
-        name, version = self.name, self.version
+    def _decode(self, msg):
+        """The layout of a binary execute message: its flags and, per request, (id, timeout,
+        parameters, [(input name, offset, size, shape, type code)], [output names])."""
         u16, req_head, counts = _U16.unpack_from, _REQ.unpack_from, _COUNTS.unpack_from
         type_dims, off_size = _TYPE_DIMS.unpack_from, _OFF_SIZE.unpack_from
         _, flags, count = _HEAD.unpack_from(msg, 0)
         pos = 4
-        requests = []
-        for index in range(count):
+        layout = []
+        for _ in range(count):
             (n,) = u16(msg, pos)
             pos += 2
             rid = msg[pos:pos + n].decode() if n else ""
@@ -467,14 +449,37 @@ class Stub:
                 pos += 8 * dims
                 off, size = off_size(msg, pos)
                 pos += 16
-                inputs.append(wrap(tname, read(off, size, shape, code), code))
+                inputs.append((tname, off, size, shape, code))
             outputs = []
             for _ in range(n_out):
                 (n,) = u16(msg, pos)
                 pos += 2
                 outputs.append(msg[pos:pos + n].decode())
                 pos += n
-            requests.append(make(rid, inputs, outputs, name, version, timeout, params, index))
+            layout.append((rid, timeout, params, inputs, outputs))
+        return flags, layout
+
+    def _requests(self, msg):
+        """The InferenceRequests of a binary execute message, and its flags."""
+        # The same bytes mean the same layout (ids, shapes, offsets; the tensor bytes are in
+        # the shared region): a client sending alike requests is decoded once.
+        if msg == self._last_msg:
+            flags, layout = self._last_layout
+        else:
+            flags, layout = self._last_layout = self._decode(msg)
+            self._last_msg = msg
+        read = self.channel.shm.read_at
+        wrap = pb.Tensor._wrap_code
+        make = pb.InferenceRequest._make
+        name, version = self.name, self.version
+        requests = []
+        index = 0
+        for rid, timeout, params, inputs, outputs in layout:
+            requests.append(make(
+                rid, [wrap(t, read(off, size, shape, code), code)
+                      for t, off, size, shape, code in inputs],
+                list(outputs), name, version, timeout, params, index))
+            index += 1
         return requests, flags
 
     def execute(self, msg):
@@ -555,7 +560,7 @@ def main():
     sock = socket.socket(fileno=int(os.environ["INFERD_PYTHON_FD"]))
     shm = SharedRegion(int(os.environ["INFERD_PYTHON_SHM_FD"]),
                        int(os.environ.get("INFERD_PYTHON_SHM_GROWTH", "1048576")))
-    channel = Channel(sock, shm, os.environ.get("INFERD_PYTHON_SPIN_US", "0") or 0)
+    channel = Channel(sock, shm)
     pb._channel = channel
     stub = Stub(channel)
     while True:
