@@ -90,6 +90,11 @@ IMPLEMENTED_FLAGS = [
     ("log-format", "default"), ("log-file", "<log>"), ("exit-timeout-secs", "30"),
     ("backend-directory", "<bin>"), ("backend-config", "onnxruntime,default-max-batch-size=4"),
     ("cache-config", "local,size=1048576"), ("id", "triton"), ("model-namespacing", "false"),
+    # The trace extension (test_trace_logging.py): --trace-config and tritonserver's deprecated
+    # spellings of the same settings.
+    ("trace-config", "level=TIMESTAMPS"), ("trace-file", "<log>.trace"),
+    ("trace-level", "TIMESTAMPS"), ("trace-rate", "100"), ("trace-count", "-1"),
+    ("trace-log-frequency", "0"),
 ]
 # Implemented, but refused together with --cache-config (as tritonserver): test_response_cache.py.
 ALTERNATIVE_FLAGS = ["response-cache-byte-size"]
@@ -111,9 +116,6 @@ NO_EFFECT_FLAGS = [
     ("grpc-max-connection-age-grace", "5000"), ("sagemaker-safe-port-range", "8000-8002"),
     ("allow-vertex-ai", "false"), ("vertex-ai-port", "8080"), ("vertex-ai-thread-count", "2"),
     ("vertex-ai-default-model", "simple"), ("allow-gpu-metrics", "false"),
-    ("trace-config", "level=TIMESTAMPS"),
-    ("trace-file", "/tmp/trace.json"), ("trace-level", "TIMESTAMPS"), ("trace-rate", "100"),
-    ("trace-count", "-1"), ("trace-log-frequency", "0"),
     ("cache-directory", "/opt/tritonserver/caches"),
     ("rate-limit", "execution_count"), ("rate-limit-resource", "R1:10:0"),
     ("pinned-memory-pool-byte-size", "268435456"), ("cuda-memory-pool-byte-size", "0:67108864"),

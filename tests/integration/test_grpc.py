@@ -192,9 +192,8 @@ def test_classification_over_grpc(stub, pb):
 def test_unimplemented_rpcs_say_so(stub, pb):
     m = pb[0]
     # (System shared memory is implemented: tests/integration/test_shared_memory.py.)
-    for call, req in ((stub.CudaSharedMemoryRegister, m.CudaSharedMemoryRegisterRequest()),
-                      (stub.TraceSetting, m.TraceSettingRequest()),
-                      (stub.LogSettings, m.LogSettingsRequest())):
+    # (TraceSetting and LogSettings are implemented: tests/integration/test_trace_logging.py.)
+    for call, req in ((stub.CudaSharedMemoryRegister, m.CudaSharedMemoryRegisterRequest()),):
         with pytest.raises(grpc.RpcError) as e:
             call(req)
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -285,3 +285,11 @@ def test_grpc_trace_and_log_settings(server_factory, repo, tmp_path, pb):
     with pytest.raises(grpc.RpcError) as e:
         stub.LogSettings(lreq)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_restricted_trace_and_logging(server_factory, repo):
+    srv = server_factory(repo, ["--http-restricted-api=trace,logging:admin-key=secret"])
+    for path in ["/v2/trace/setting", f"/v2/models/{MODEL}/trace/setting", "/v2/logging"]:
+        r = srv.get(path)
+        assert r.status_code == 403 and "admin-key" in r.json()["error"], (path, r.text)
+        assert srv.get(path, headers={"admin-key": "secret"}).status_code == 200, path
