@@ -6,8 +6,10 @@ A deterministic sample of about 40 of them, chosen to cover the data types (BOOL
 FP16, DOUBLE, STRING, ...) and arrangements (several inputs or outputs, scalars, zero-size
 dimensions), is served from one repository without any config.pbtxt (auto-complete), each
 inferred over HTTP with binary tensors holding test_data_set_0's inputs, and each output
-compared with the reference output. Models ONNX Runtime itself cannot load (checked by
-calling the library directly, tools/ort_can_load.cc) are left out, so what fails is inferd's."""
+compared with the reference output and, for numeric models, with the same model run by ONNX
+Runtime called directly (tools/ort_run.cc): inferd must hand over exactly what the runtime
+computes. Models ONNX Runtime itself cannot load (checked by calling the library directly,
+tools/ort_can_load.cc) are left out, so what fails is inferd's."""
 
 import os
 import subprocess
@@ -24,6 +26,7 @@ from v2client import build_request, make_input, parse_response
 DATA = Path("/usr/share/libonnx-testdata/data/node")
 ORT_ROOT = Path(os.environ.get("ONNXRUNTIME_ROOT", Path.home() / ".cache/inferd/onnxruntime-1.29.0"))
 TOOL = Path(__file__).resolve().parent / "tools" / "ort_can_load.cc"
+RUN_TOOL = Path(__file__).resolve().parent / "tools" / "ort_run.cc"
 
 KSERVE = {TensorProto.BOOL: "BOOL", TensorProto.UINT8: "UINT8", TensorProto.UINT16: "UINT16",
           TensorProto.UINT32: "UINT32", TensorProto.UINT64: "UINT64", TensorProto.INT8: "INT8",
@@ -78,19 +81,46 @@ def describe(case):
         tags.add("scalar")
     if any(0 in a.shape for a in inputs + outputs):
         tags.add("zero_size")
-    return {"name": case.name, "inputs": [(v.name, KSERVE[v.type.tensor_type.elem_type], a)
-                                          for v, a in zip(ins, inputs)],
+    return {"name": case.name, "onnx_types": [v.type.tensor_type.elem_type for v in ins],
+            "inputs": [(v.name, KSERVE[v.type.tensor_type.elem_type], a)
+                       for v, a in zip(ins, inputs)],
             "outputs": [(v.name, KSERVE[v.type.tensor_type.elem_type], a)
                         for v, a in zip(outs, outputs)], "tags": tags}
 
 
+def compile_tool(source, exe):
+    subprocess.run(["c++", "-std=c++17", "-O0", f"-I{ORT_ROOT}/include", str(source),
+                    f"-L{ORT_ROOT}/lib", "-lonnxruntime", f"-Wl,-rpath,{ORT_ROOT}/lib", "-o",
+                    str(exe)], check=True)
+    return exe
+
+
 def ort_loadable(paths, tmp):
-    exe = tmp / "ort_can_load"
-    subprocess.run(["c++", "-std=c++17", "-O0", f"-I{ORT_ROOT}/include", str(TOOL), f"-L{ORT_ROOT}/lib",
-                    "-lonnxruntime", f"-Wl,-rpath,{ORT_ROOT}/lib", "-o", str(exe)], check=True)
+    exe = compile_tool(TOOL, tmp / "ort_can_load")
     out = subprocess.run([str(exe)], input="".join(f"{p}\n" for p in paths), check=True,
                          capture_output=True, text=True).stdout
     return {line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ok ")}
+
+
+def ort_direct(exe, case, tmp):
+    """The case's outputs from ONNX Runtime called directly (tools/ort_run.cc), by name."""
+    work = tmp / f"direct_{case['name']}"
+    work.mkdir()
+    lines = [str(DATA / case["name"] / "model.onnx"), str(len(case["inputs"]))]
+    for i, ((name, _, arr), onnx_type) in enumerate(zip(case["inputs"], case["onnx_types"])):
+        (work / f"in{i}.bin").write_bytes(np.ascontiguousarray(arr).tobytes())
+        lines.append(" ".join([name, str(onnx_type), str(arr.ndim)] + [str(d) for d in arr.shape]
+                              + [str(work / f"in{i}.bin")]))
+    lines.append(str(work))
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True)
+    assert out.returncode == 0, f"{case['name']}: ONNX Runtime called directly: {out.stderr}"
+    result = {}
+    for i, line in enumerate(out.stdout.splitlines()):
+        name, onnx_type, rank, *dims = line.split()
+        dtype = onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[int(onnx_type)]
+        result[name] = np.frombuffer((work / f"{i}.bin").read_bytes(), dtype).reshape(
+            [int(d) for d in dims])
+    return result
 
 
 def sample(tmp):
@@ -124,12 +154,12 @@ def testdata_server(tmp_path_factory, logs_dir):
     # tensor is sent with its own shape (batching models are test_batching.py's).
     srv = start_server(repo, ["--exit-on-error=false",
                               "--backend-config=onnxruntime,default-max-batch-size=0"], logs_dir)
-    yield srv, cases
+    yield srv, cases, compile_tool(RUN_TOOL, tmp / "ort_run"), tmp
     assert srv.stop() == 0
 
 
 def test_sample_covers_types_and_arrangements(testdata_server):
-    _, cases = testdata_server
+    _, cases, _, _ = testdata_server
     assert len(cases) >= 35, [c["name"] for c in cases]
     for tag, count in WANTED:
         have = [c["name"] for c in cases if tag in c["tags"]]
@@ -137,7 +167,7 @@ def test_sample_covers_types_and_arrangements(testdata_server):
 
 
 def test_every_sampled_model_matches_its_reference_outputs(testdata_server):
-    srv, cases = testdata_server
+    srv, cases, ort_run, tmp = testdata_server
     index = {e["name"]: e for e in srv.post("/v2/repository/index", json={}).json()}
     failures = []
     for c in cases:
@@ -160,6 +190,20 @@ def test_every_sampled_model_matches_its_reference_outputs(testdata_server):
             failures.append(f"{c['name']}: HTTP {r.status_code}: {r.text[:300]}")
             continue
         header, got = parse_response(r)
+        # The same model run by ONNX Runtime called directly: inferd must hand over what the
+        # runtime computes (numeric tensors; the tool takes no strings). Integers and booleans
+        # exactly; floats to rounding, as thread counts differ (a reduction's order).
+        if "BYTES" not in c["tags"]:
+            direct = ort_direct(ort_run, c, tmp)
+            for name, _, want in c["outputs"]:
+                if name not in got:
+                    continue
+                value, ref = got[name].reshape(direct[name].shape), direct[name]
+                same = (np.allclose(value, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+                        if ref.dtype.kind == "f" else np.array_equal(value, ref))
+                if not same:
+                    failures.append(f"{c['name']}: output {name} differs from ONNX Runtime "
+                                    f"called directly: {got[name]} vs {direct[name]}")
         for name, dtype, want in c["outputs"]:
             out = next((o for o in header["outputs"] if o["name"] == name), None)
             if out is None or out["datatype"] != dtype:
