@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -18,13 +19,17 @@
 
 namespace {
 
+std::string* fuzz_dir = nullptr;  // removed at exit
+
 const std::string& ModelPath() {
   static const std::string* path = [] {
     char dir_template[] = "/tmp/onnx_load_fuzz.XXXXXX";
     const char* dir = mkdtemp(dir_template);
     if (dir == nullptr) std::abort();
-    std::string version_dir = std::string(dir) + "/m/1";
-    if (std::system(("mkdir -p " + version_dir).c_str()) != 0) std::abort();
+    fuzz_dir = new std::string(dir);
+    std::atexit([] { std::filesystem::remove_all(*fuzz_dir); });
+    const std::string version_dir = *fuzz_dir + "/m/1";
+    std::filesystem::create_directories(version_dir);
     return new std::string(version_dir + "/model.onnx");
   }();
   return *path;

@@ -36,8 +36,10 @@ CASES = {
     "unknown_operator": (odd.unknown_operator_model, None, ["Frobnicate"]),
     "unknown_opset": (odd.unknown_opset_model, None, ["opset", "99"]),
     "unknown_domain": (odd.unknown_domain_model, None, ["com.example.nowhere"]),
-    "truncated": (lambda: odd.conv_relu_model().SerializeToString()[:250], None, ["model.onnx"]),
-    "random_bytes": (lambda: np.random.default_rng(7).bytes(3000), None, ["model.onnx"]),
+    "truncated": (lambda: odd.conv_relu_model().SerializeToString()[:250], None,
+                  ["truncated/1/model.onnx", "Protobuf parsing failed"]),
+    "random_bytes": (lambda: np.random.default_rng(7).bytes(3000), None,
+                     ["random_bytes/1/model.onnx", "Protobuf parsing failed"]),
     "config_wrong_dtype": (odd.add_model, ADD_CONFIG.format(
         name="config_wrong_dtype", dtype="TYPE_INT32", dims="4"),
         ["input 'X'", "FP32 in the model file", "TYPE_INT32 in config.pbtxt"]),

@@ -117,7 +117,9 @@ def ort_direct(exe, case, tmp):
     result = {}
     for i, line in enumerate(out.stdout.splitlines()):
         name, onnx_type, rank, *dims = line.split()
-        dtype = onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[int(onnx_type)]
+        dtype = (onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type))
+                 if hasattr(onnx.helper, "tensor_dtype_to_np_dtype")
+                 else onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[int(onnx_type)])
         result[name] = np.frombuffer((work / f"{i}.bin").read_bytes(), dtype).reshape(
             [int(d) for d in dims])
     return result
