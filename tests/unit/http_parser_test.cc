@@ -1,5 +1,10 @@
 #include "frontends/http/http_parser.h"
 
+#include <cstdio>
+#include <cstring>
+
+#include "common/strings.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -89,6 +94,75 @@ TEST(HttpParserTest, ChunkedBodyIsDecoded) {
   EXPECT_EQ(ParseHttpRequest("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", {}, &req, &body).error_status, 400);
   // Without a place to decode into, chunked bodies are refused.
   EXPECT_EQ(ParseHttpRequest("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", {}, &req).error_status, 501);
+}
+
+// The server's way (issue 19): the chunked body decoded in place as it arrives, in pieces of
+// any size; the body ends in the buffer itself, behind the headers, and what follows the request
+// (a pipelined one) is kept just after it. Same body and errors as the copying decoder.
+TEST(HttpParserTest, ChunkedBodyIsDecodedInPlace) {
+  std::string raw = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n";
+  std::string want;
+  for (int i = 0; i < 40; ++i) {
+    std::string payload;
+    for (int j = 0; j < (i * 37) % 300 + 1; ++j) payload.push_back(static_cast<char>('a' + (i + j) % 26));
+    char size_line[32];
+    std::snprintf(size_line, sizeof(size_line), "%zx%s\r\n", payload.size(), i % 3 ? "" : ";name=value");
+    raw += inferd::StrCat(size_line, payload, "\r\n");
+    want += payload;
+  }
+  raw += "0\r\nTrailer: x\r\n\r\nGET /next HTTP/1.1\r\n\r\n";
+  for (size_t step : {1, 2, 3, 7, 64, 1000, 100000}) {
+    std::string buf(raw.size(), '\0');
+    size_t size = 0, fed = 0;
+    ChunkedDecoder d;
+    HttpRequest req;
+    ParseResult r;
+    while (fed < raw.size()) {
+      const size_t n = std::min(step, raw.size() - fed);
+      std::memcpy(buf.data() + size, raw.data() + fed, n);
+      size += n;
+      fed += n;
+      if (!d.active) {
+        r = ParseHttpRequest(std::string_view(buf.data(), size), {}, &req, nullptr, &d);
+        ASSERT_NE(r.state, ParseState::kError);
+        if (!d.active) continue;
+        EXPECT_TRUE(r.expect_continue);
+      }
+      r = DecodeChunkedInPlace(buf.data(), &size, {}, &d);
+      ASSERT_NE(r.state, ParseState::kError) << r.error;
+      EXPECT_LE(size, d.body_end + 1024) << "undecoded bytes are only a partial size line";
+      if (r.state == ParseState::kComplete) break;
+    }
+    ASSERT_EQ(r.state, ParseState::kComplete) << step;
+    EXPECT_EQ(std::string_view(buf.data() + d.body_start, d.body_end - d.body_start), want) << step;
+    EXPECT_EQ(r.consumed, d.body_end);
+    EXPECT_EQ(std::string(buf.data() + d.body_end, size - d.body_end) + raw.substr(fed),
+              "GET /next HTTP/1.1\r\n\r\n") << step;
+    // The headers are still there for a second look.
+    ChunkedDecoder again;
+    HttpRequest head;
+    ParseHttpRequest(std::string_view(buf.data(), d.body_start), {}, &head, nullptr, &again);
+    EXPECT_EQ(head.path, "/x");
+  }
+  // Errors, as the copying decoder gives them.
+  ParserLimits small;
+  small.max_body_bytes = 8;
+  for (auto [body, status] : std::vector<std::pair<std::string, int>>{
+           {"zz\r\n", 400}, {"3\r\nabcX\r\n", 400}, {"5\r\nabcde\r\n5\r\nfghij\r\n", 413},
+           {std::string(2000, '1'), 400}}) {
+    std::string buf = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + body;
+    ChunkedDecoder d;
+    HttpRequest req;
+    ParseHttpRequest(buf, small, &req, nullptr, &d);
+    ASSERT_TRUE(d.active);
+    size_t size = buf.size();
+    ParseResult r = DecodeChunkedInPlace(buf.data(), &size, small, &d);
+    EXPECT_EQ(r.state, ParseState::kError) << body;
+    EXPECT_EQ(r.error_status, status) << body;
+    std::string copy;
+    EXPECT_EQ(ParseHttpRequest("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + body, small,
+                               &req, &copy).error_status, status) << body;
+  }
 }
 
 TEST(HttpParserTest, HeaderLimit) {

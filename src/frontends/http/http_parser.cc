@@ -1,6 +1,7 @@
 #include "frontends/http/http_parser.h"
 
 #include <charconv>
+#include <cstring>
 
 #include "common/strings.h"
 
@@ -88,10 +89,106 @@ ParseResult ParseChunkedBody(std::string_view buffer, size_t pos, const ParserLi
   }
 }
 
+// A chunk size line (extensions after ';' ignored): the size, or nullopt when malformed.
+std::optional<size_t> ChunkSize(std::string_view line) {
+  if (size_t semi = line.find(';'); semi != std::string_view::npos) line = line.substr(0, semi);
+  line = Trim(line);
+  size_t size = 0;
+  auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), size, 16);
+  if (ec != std::errc() || p != line.data() + line.size() || line.empty()) return std::nullopt;
+  return size;
+}
+
+ParseResult BodyTooLarge(const ParserLimits& limits) {
+  return Error(413, inferd::StrCat("request body exceeds the limit of ", limits.max_body_bytes,
+                                   " bytes (--http-max-input-size)"));
+}
+
 }  // namespace
 
+ParseResult DecodeChunkedInPlace(char* buffer, size_t* size, const ParserLimits& limits,
+                                 ChunkedDecoder* d) {
+  using Phase = ChunkedDecoder::Phase;
+  size_t raw = d->body_end;  // the undecoded bytes start here
+  auto compact = [&] {
+    const size_t rest = *size - raw;
+    if (raw != d->body_end && rest) std::memmove(buffer + d->body_end, buffer + raw, rest);
+    *size = d->body_end + rest;
+  };
+  for (;;) {
+    const std::string_view avail(buffer + raw, *size - raw);
+    switch (d->phase) {
+      case Phase::kSize: {
+        const size_t eol = avail.find("\r\n");
+        if (eol == std::string_view::npos) {
+          if (avail.size() > 1024) return Error(400, "malformed chunk size line");
+          compact();
+          return {};
+        }
+        const auto chunk = ChunkSize(avail.substr(0, eol));
+        if (!chunk) return Error(400, "malformed chunk size in a chunked request body");
+        raw += eol + 2;
+        if (*chunk == 0) {
+          d->phase = Phase::kTrailers;
+        } else {
+          if (*chunk > limits.max_body_bytes ||
+              d->body_end - d->body_start + *chunk > limits.max_body_bytes) {
+            return BodyTooLarge(limits);
+          }
+          d->chunk_left = *chunk;
+          d->phase = Phase::kData;
+        }
+        break;
+      }
+      case Phase::kData: {
+        const size_t n = std::min(d->chunk_left, avail.size());
+        if (n && raw != d->body_end) std::memmove(buffer + d->body_end, buffer + raw, n);
+        d->body_end += n;
+        raw += n;
+        d->chunk_left -= n;
+        if (d->chunk_left) {
+          compact();
+          return {};
+        }
+        d->phase = Phase::kDataEnd;
+        break;
+      }
+      case Phase::kDataEnd:
+        if (avail.size() < 2) {
+          compact();
+          return {};
+        }
+        if (avail[0] != '\r' || avail[1] != '\n') return Error(400, "chunk data is not followed by CRLF");
+        raw += 2;
+        d->phase = Phase::kSize;
+        break;
+      case Phase::kTrailers: {
+        // Trailer fields (ignored), then an empty line.
+        const size_t eol = avail.find("\r\n");
+        if (eol == std::string_view::npos) {
+          if (avail.size() > limits.max_header_bytes) {
+            return Error(431, inferd::StrCat("request trailers exceed ", limits.max_header_bytes, " bytes"));
+          }
+          compact();
+          return {};
+        }
+        raw += eol + 2;
+        if (eol == 0) {
+          compact();
+          ParseResult r;
+          r.state = ParseState::kComplete;
+          r.consumed = d->body_end;
+          return r;
+        }
+        break;
+      }
+    }
+  }
+}
+
 ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
-                             HttpRequest* request, std::string* chunked_body) {
+                             HttpRequest* request, std::string* chunked_body,
+                             ChunkedDecoder* in_place) {
   // Tolerate empty lines before a request (RFC 9112 section 2.2).
   size_t start = 0;
   while (start + 1 < buffer.size() && buffer[start] == '\r' && buffer[start + 1] == '\n') start += 2;
@@ -172,7 +269,7 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
       if (content_length && *content_length != n) return Error(400, "conflicting Content-Length headers");
       content_length = n;
     } else if (inferd::EqualsIgnoreCase(name, "transfer-encoding")) {
-      if (inferd::EqualsIgnoreCase(value, "chunked") && chunked_body != nullptr) {
+      if (inferd::EqualsIgnoreCase(value, "chunked") && (chunked_body != nullptr || in_place != nullptr)) {
         chunked = true;
       } else if (!inferd::EqualsIgnoreCase(value, "identity")) {
         return Error(501, inferd::StrCat("Transfer-Encoding '", value, "' is not supported"));
@@ -187,6 +284,15 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
 
   if (chunked) {
     if (content_length) return Error(400, "a request cannot have both Content-Length and chunked Transfer-Encoding");
+    if (in_place != nullptr) {
+      *in_place = ChunkedDecoder();
+      in_place->active = true;
+      in_place->body_start = in_place->body_end = header_end + 4;
+      ParseResult r;
+      r.headers_complete = true;
+      r.expect_continue = request->expect_continue;
+      return r;
+    }
     ParseResult r = ParseChunkedBody(buffer, header_end + 4, limits, chunked_body);
     r.headers_complete = true;
     if (r.state == ParseState::kComplete) request->body = *chunked_body;

@@ -55,10 +55,31 @@ struct ParseResult {
   std::string error;
 };
 
-// With `Transfer-Encoding: chunked`, the decoded body is written to `*chunked_body` and
-// `request->body` views it; without a `chunked_body` such a request is answered 501.
+// A chunked body decoded in place (DecodeChunkedInPlace): the server's read buffer becomes the
+// body, with no second copy of it.
+struct ChunkedDecoder {
+  bool active = false;     // the headers announced a chunked body; decoding is under way
+  size_t body_start = 0;   // just past the headers
+  size_t body_end = 0;     // buffer[body_start, body_end) is the body decoded so far
+  size_t chunk_left = 0;   // payload bytes of the current chunk still to come
+  enum class Phase { kSize, kData, kDataEnd, kTrailers } phase = Phase::kSize;
+};
+
+// With `Transfer-Encoding: chunked`: given `in_place`, the headers are parsed, `*in_place` is
+// set up (active) and the result is kNeedMore with headers_complete, for DecodeChunkedInPlace
+// to go on; else, given `chunked_body`, the decoded body is written to it and `request->body`
+// views it; with neither such a request is answered 501.
 ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
-                             HttpRequest* request, std::string* chunked_body = nullptr);
+                             HttpRequest* request, std::string* chunked_body = nullptr,
+                             ChunkedDecoder* in_place = nullptr);
+
+// Decodes the chunked body in buffer[0, *size) as far as it has arrived, in place: each chunk's
+// payload is moved down over the framing before it, so buffer[body_start, body_end) is the body
+// so far and *size shrinks to body_end plus what is left undecoded (a partial size line). Each
+// byte moves at most once. kComplete: the body is whole, whatever followed the request now
+// starts at body_end and `consumed` is body_end. Errors as ParseHttpRequest's (400, 413).
+ParseResult DecodeChunkedInPlace(char* buffer, size_t* size, const ParserLimits& limits,
+                                 ChunkedDecoder* decoder);
 
 // Decodes %XX escapes; nullopt when an escape is malformed.
 std::optional<std::string> PercentDecode(std::string_view s);

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "common/strings.h"
@@ -31,24 +33,61 @@ constexpr size_t kMinFree = 16 * 1024;
 constexpr int64_t kSweepIntervalNs = 1'000'000'000;
 
 // A growable byte buffer that, unlike std::string, does not zero what it allocates: each
-// request's bytes are read straight into it and it becomes the request's body owner.
+// request's bytes are read straight into it and it becomes the request's body owner. Grown
+// while the size is unknown (a chunked body), it becomes mapped pages from 1 MiB on, grown by
+// mremap: the kernel moves the pages, nothing is copied, and pages not yet read into are not
+// resident; with the chunked body decoded in place, the buffer is the body, held once.
 struct ReadBuffer {
-  std::unique_ptr<char[]> data;
+  char* data = nullptr;
   size_t size = 0;
   size_t capacity = 0;
+  bool mapped = false;
   // The size of the whole request at the front, once its headers are in and it has a
   // Content-Length (0: not known yet; kGrow: chunked or malformed, grow geometrically).
   size_t expected = 0;
   static constexpr size_t kGrow = ~size_t{0};
+  static constexpr size_t kMapFrom = 1 << 20;
+  ChunkedDecoder chunked;  // a chunked body being decoded in place
 
+  ReadBuffer() = default;
+  ReadBuffer(const ReadBuffer&) = delete;
+  ReadBuffer& operator=(const ReadBuffer&) = delete;
+  ~ReadBuffer() {
+    if (mapped) {
+      munmap(data, capacity);
+    } else {
+      delete[] data;
+    }
+  }
+
+  // Exactly n bytes (a known request size): one heap allocation.
   void Reserve(size_t n) {
     if (n <= capacity) return;
-    std::unique_ptr<char[]> fresh(new char[n]);
-    if (size) std::memcpy(fresh.get(), data.get(), size);
-    data = std::move(fresh);
+    if (mapped) return Grow(n);
+    char* fresh = new char[n];
+    if (size) std::memcpy(fresh, data, size);
+    delete[] data;
+    data = fresh;
     capacity = n;
   }
-  std::string_view view() const { return {data.get(), size}; }
+  // At least n bytes, size unknown: mapped pages from kMapFrom on.
+  void Grow(size_t n) {
+    if (n <= capacity) return;
+    if (n < kMapFrom && !mapped) return Reserve(n);
+    const size_t page = 4096;
+    n = (n + page - 1) / page * page;
+    void* p = mapped ? mremap(data, capacity, n, MREMAP_MAYMOVE)
+                     : mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    if (!mapped) {
+      if (size) std::memcpy(p, data, size);
+      delete[] data;
+      mapped = true;
+    }
+    data = static_cast<char*>(p);
+    capacity = n;
+  }
+  std::string_view view() const { return {data, size}; }
 };
 
 std::string_view StatusText(int status) {
@@ -302,11 +341,11 @@ class EventLoop {
           if (in.size >= in.expected) return;  // whole: ProcessInput hands it off first
           in.Reserve(in.expected);
         } else {
-          in.Reserve(std::max(in.capacity * 2, in.size + kMinFree));
+          in.Grow(std::max(in.capacity * 2, in.size + kMinFree));
         }
       }
       const size_t want = in.capacity - in.size;
-      ssize_t n = ::recv(c->fd, in.data.get() + in.size, want, 0);
+      ssize_t n = ::recv(c->fd, in.data + in.size, want, 0);
       if (n > 0) {
         c->last_io_ns = NowNs();
         if (in.size == 0 && !c->in_flight) c->request_start_ns = c->last_io_ns;
@@ -343,8 +382,29 @@ class EventLoop {
     c->processing = true;
     while (!c->in_flight && !c->dead && c->in->size > 0) {
       HttpRequest request;
-      auto chunked = std::make_shared<std::string>();
-      ParseResult r = ParseHttpRequest(c->in->view(), options_->limits, &request, chunked.get());
+      ChunkedDecoder& chunked = c->in->chunked;
+      ParseResult r;
+      if (!chunked.active) {
+        r = ParseHttpRequest(c->in->view(), options_->limits, &request, nullptr, &chunked);
+        if (r.state == ParseState::kNeedMore && chunked.active) {
+          // A chunked body: decoded in place as it arrives (the buffer becomes the body).
+          if (r.expect_continue && !c->sent_continue) {
+            c->sent_continue = true;
+            WriteRaw(c, "HTTP/1.1 100 Continue\r\n\r\n");
+          }
+          continue;
+        }
+      } else {
+        r = DecodeChunkedInPlace(c->in->data, &c->in->size, options_->limits, &chunked);
+        if (r.state == ParseState::kComplete) {
+          // The headers again (untouched at the front), and the body decoded behind them.
+          ChunkedDecoder again;
+          ParseHttpRequest(std::string_view(c->in->data, chunked.body_start), options_->limits,
+                           &request, nullptr, &again);
+          request.body = std::string_view(c->in->data + chunked.body_start,
+                                          chunked.body_end - chunked.body_start);
+        }
+      }
       if (r.state == ParseState::kNeedMore) {
         if (r.headers_complete) {
           // Read the body straight into place: one allocation of the whole request.
@@ -372,7 +432,7 @@ class EventLoop {
       if (r.consumed < owner->size) {
         const size_t rest = owner->size - r.consumed;
         c->in->Reserve(std::max(rest, kMinFree));
-        std::memcpy(c->in->data.get(), owner->data.get() + r.consumed, rest);
+        std::memcpy(c->in->data, owner->data + r.consumed, rest);
         c->in->size = rest;
       }
       c->in_flight = true;
@@ -384,10 +444,6 @@ class EventLoop {
         request.cancel = c->cancel;
       }
       std::shared_ptr<const void> body_owner = owner;
-      if (!chunked->empty()) {
-        // A decoded chunked body lives in its own string; keep both alive.
-        body_owner = std::make_shared<std::pair<std::shared_ptr<ReadBuffer>, std::shared_ptr<std::string>>>(owner, chunked);
-      }
       try {
         (*handler_)(request, body_owner, std::make_unique<Responder>(this, c->id));
       } catch (const std::exception& e) {
