@@ -687,7 +687,7 @@ class TritonPythonModel:
 '''
 
 
-def test_request_parameters_reach_model_and_bls(tmp_path, server_factory):
+def test_request_parameters_reach_model_and_bls(tmp_path, server_factory, request):
     import json as _json
     write_model(tmp_path, "py_params", """name: "py_params"
 backend: "python"
@@ -714,6 +714,25 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" da
                    parameters={"outer": 1}))
     assert _json.loads(out["PARAMS"][0]) == {"outer": 1}
     assert _json.loads(out["BLS"][0]) == {"from_bls": "yes", "depth": 2}
+    # gRPC: the typed parameters map, as JSON values.
+    from conftest import NO_GRPC
+    if NO_GRPC or not srv.grpc_port:
+        return
+    import grpc
+    m, services = request.getfixturevalue("pb")
+    with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
+        req = m.ModelInferRequest(model_name="py_params")
+        req.inputs.add(name="X", datatype="INT32", shape=[1])
+        req.raw_input_contents.append(np.array([0], dtype=np.int32).tobytes())
+        req.parameters["user"].string_param = 'a "quoted" name'
+        req.parameters["top_k"].int64_param = 7
+        req.parameters["stream"].bool_param = True
+        req.parameters["temperature"].double_param = 0.25
+        req.parameters["priority"].uint64_param = 1
+        resp = services.GRPCInferenceServiceStub(channel).ModelInfer(req, timeout=30)
+    raw = resp.raw_output_contents[[o.name for o in resp.outputs].index("PARAMS")]
+    assert _json.loads(raw[4:].decode()) == {"user": 'a "quoted" name', "top_k": 7,
+                                             "stream": True, "temperature": 0.25}
 
 
 CANCEL_PY = '''

@@ -101,21 +101,9 @@ class SharedRegion:
         items = []
         off = 0
         for t in tensors:
-            if t.__class__ is not pb.Tensor and not isinstance(t, pb.Tensor):
-                raise pb.TritonModelException(
-                    f"output tensors must be pb_utils.Tensor objects, got {type(t).__name__}")
-            a = t._array
-            code = t._dtype
-            if code is None or not 0 < code < 14:
-                raise pb.TritonModelException(f"tensor '{t._name}': unsupported data type")
-            if code == 13:
-                payload = pb.serialize_byte_tensor(a)
-            elif a.flags.c_contiguous:
-                payload = a
-            else:
-                payload = np.ascontiguousarray(a)
+            payload, code, shape = _payload(t)
             nbytes = payload.nbytes
-            items.append((t._name, code, a.shape, payload, off, nbytes))
+            items.append((t._name, code, shape, payload, off, nbytes))
             off = (off + nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         if off > self.size:
             self.reserve(off)
@@ -124,6 +112,22 @@ class SharedRegion:
             if n:
                 mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
         return items
+
+
+def _payload(t):
+    """The bytes to send for tensor `t` (a C-contiguous array), its type code and shape."""
+    if t.__class__ is not pb.Tensor and not isinstance(t, pb.Tensor):
+        raise pb.TritonModelException(
+            f"output tensors must be pb_utils.Tensor objects, got {type(t).__name__}")
+    a = t._array
+    code = t._dtype
+    if code is None or not 0 < code < 14:
+        raise pb.TritonModelException(f"tensor '{t._name}': unsupported data type")
+    if code == 13:
+        return pb.serialize_byte_tensor(a), code, a.shape
+    if a.flags.c_contiguous:
+        return a, code, a.shape
+    return np.ascontiguousarray(a), code, a.shape
 
 
 class BlsFuture:
@@ -498,44 +502,50 @@ class Stub:
                     "Number of InferenceResponse objects do not match the number of "
                     f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                     f"and InferenceResponse(s) size is:{got}"}
-        # The answer: binary (see python_backend.cc), tensors in the shared region.
-        out = []
-        tensors = []
-        for resp in result:
-            if resp.__class__ is not pb.InferenceResponse and \
-                    not isinstance(resp, pb.InferenceResponse):
-                out.append((1, "execute returned " + type(resp).__name__ +
-                            " where a pb_utils.InferenceResponse belongs"))
-                continue
-            err = resp._error
-            if err is not None:
-                code = err.code() if hasattr(err, "code") else 1
-                message = err.message() if hasattr(err, "message") else str(err)
-                out.append((code, message))
-                continue
-            first = len(tensors)
-            tensors.extend(resp._outputs)
-            out.append((first, len(tensors), None))
+        # The answer: binary (see python_backend.cc), tensors in the shared region from offset
+        # 0 (the inputs were copied out already).
+        parts = [_HEAD.pack(_BIN_DONE, 0, len(result))]
+        append = parts.append
+        copies = []
+        off = 0
         try:
-            items = self.channel.shm.write_raw(tensors)
+            for resp in result:
+                if resp.__class__ is not pb.InferenceResponse and \
+                        not isinstance(resp, pb.InferenceResponse):
+                    message = ("execute returned " + type(resp).__name__ +
+                               " where a pb_utils.InferenceResponse belongs").encode()
+                    append(_ERR.pack(1, 1, len(message)))
+                    append(message)
+                    continue
+                err = resp._error
+                if err is not None:
+                    code = err.code() if hasattr(err, "code") else 1
+                    message = (err.message() if hasattr(err, "message") else str(err)).encode()
+                    append(_ERR.pack(1, code & 0xff, len(message)))
+                    append(message)
+                    continue
+                outputs = resp._outputs
+                append(_OK.pack(0, len(outputs)))
+                for t in outputs:
+                    payload, code, shape = _payload(t)
+                    n = payload.nbytes
+                    b = t._name.encode()
+                    append(_U16.pack(len(b)))
+                    append(b)
+                    append(_TYPE_DIMS.pack(code, len(shape)))
+                    append(_DIMS[len(shape)].pack(*shape))
+                    append(_OFF_SIZE.pack(off, n))
+                    if n:
+                        copies.append((off, n, payload))
+                    off = (off + n + _ALIGN - 1) // _ALIGN * _ALIGN
+            shm = self.channel.shm
+            if off > shm.size:
+                shm.reserve(off)
+            mm = shm.mm
+            for o, n, payload in copies:
+                mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
         except Exception as e:
             return {"op": "done", "error": _error_message(e)}
-        parts = [_HEAD.pack(_BIN_DONE, 0, len(out))]
-        append = parts.append
-        for r in out:
-            if len(r) == 2:
-                message = r[1].encode()
-                append(_ERR.pack(1, r[0] & 0xff, len(message)))
-                append(message)
-                continue
-            append(_OK.pack(0, r[1] - r[0]))
-            for tname, code, shape, _, off, size in items[r[0]:r[1]]:
-                b = tname.encode()
-                append(_U16.pack(len(b)))
-                append(b)
-                append(_TYPE_DIMS.pack(code, len(shape)))
-                append(_DIMS[len(shape)].pack(*shape))
-                append(_OFF_SIZE.pack(off, size))
         return b"".join(parts)
 
     def finalize(self):
