@@ -912,10 +912,13 @@ HttpResponse SerializeInferResponse(core::InferResponse& response,
       if (out.datatype == DataType::kBytes) {
         WriteOutputData(w, out);
       } else {
-        // Numbers by std::to_chars in bulk (json_tensor.h), one copy into the body.
+        // Numbers by std::to_chars in bulk (json_tensor.h), one memcpy into the body: the
+        // writer puts out its separator for an empty raw value and the text follows it
+        // (RawValue would copy it byte by byte).
         std::string text;
         AppendJsonTensorData(out.data, out.datatype, &text);
-        w.RawValue(text.data(), text.size(), rapidjson::kArrayType);
+        w.RawValue("", 0, rapidjson::kArrayType);
+        std::memcpy(buf.Push(text.size()), text.data(), text.size());
       }
     }
     w.EndObject();
