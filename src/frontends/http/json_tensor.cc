@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include <type_traits>
@@ -29,12 +30,18 @@ size_t ThreadsFor(size_t bytes) {
   return std::min({hw, kMaxThreads, bytes / (kParallelMinBytes / 2)});
 }
 
-// Runs fn(0..n-1), fn(0) on this thread and the rest on threads of their own.
+// Runs fn(0..n-1), fn(0) on this thread and the rest on threads of their own (on this thread
+// too when no thread can be started).
 template <typename Fn>
 void RunSlices(size_t n, Fn&& fn) {
   std::vector<std::thread> threads;
   threads.reserve(n);
-  for (size_t i = 1; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  size_t i = 1;
+  try {
+    for (; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  } catch (const std::system_error&) {
+  }
+  for (size_t j = i; j < n; ++j) fn(j);
   fn(0);
   for (auto& t : threads) t.join();
 }
