@@ -1138,14 +1138,41 @@ void ModelLifecycle::Poll() {
 // ---- on demand -------------------------------------------------------------------------------
 
 void ModelLifecycle::Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status) {
-  if (!w->fired.exchange(true)) w->then(status);
+  if (w->fired.exchange(true)) return;
+  // Never under mu_ (the listener takes it). Cleared before `then`, which hands the request on
+  // to a holder that installs its own listener.
+  if (w->cancel) w->cancel->ClearListener();
+  w->then(status);
 }
 
 void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                                    const std::string& source_name) {
+  WhenAvailableImpl(name, std::move(then), source_name, WaitLimits{});
+}
+
+void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                                   const WaitLimits& limits) {
+  WhenAvailableImpl(name, std::move(then), "", limits);
+}
+
+void ModelLifecycle::WhenAvailableImpl(const std::string& name,
+                                       std::function<void(absl::Status)> then,
+                                       const std::string& source_name, const WaitLimits& limits) {
   auto waiter = std::make_shared<Waiter>();
   waiter->then = std::move(then);
   waiter->name = name;
+  waiter->request_deadline_ns = limits.deadline_ns;
+  if (limits.cancel) {
+    // Installed before the waiter can fire (Fire clears it), never under mu_: a cancellation
+    // wakes the reaper, which answers the waiter.
+    waiter->cancel = limits.cancel;
+    waiter->cancel->SetListener([this, weak = std::weak_ptr<Waiter>(waiter)] {
+      auto w = weak.lock();
+      if (!w || w->fired.load()) return;
+      inferd::MutexLock lock(&mu_);
+      reaper_cv_.SignalAll();
+    });
+  }
   bool wait = false;
   bool start = false;
   bool stopping = false;
@@ -1236,17 +1263,29 @@ void ModelLifecycle::ReapWaiters() {
     uint64_t next = UINT64_MAX;
     std::vector<std::shared_ptr<Waiter>> expired;
     auto keep = timed_.begin();
+    // The request's own end (its client gone, its deadline) leaves the wait; the load goes on.
+    std::vector<std::pair<std::shared_ptr<Waiter>, absl::Status>> left;
     for (auto& w : timed_) {
       if (w->fired.load()) continue;
+      if (w->cancel && w->cancel->IsCancelled()) {
+        left.emplace_back(std::move(w), absl::CancelledError(""));
+        continue;
+      }
+      if (w->request_deadline_ns != 0 && w->request_deadline_ns <= now &&
+          w->request_deadline_ns <= w->deadline_ns) {
+        left.emplace_back(std::move(w), absl::DeadlineExceededError(""));
+        continue;
+      }
       if (w->deadline_ns <= now) {
         expired.push_back(std::move(w));
         continue;
       }
       next = std::min(next, w->deadline_ns);
+      if (w->request_deadline_ns != 0) next = std::min(next, w->request_deadline_ns);
       *keep++ = std::move(w);
     }
     timed_.erase(keep, timed_.end());
-    if (!expired.empty()) {
+    if (!expired.empty() || !left.empty()) {
       counters_.wait_timeouts += expired.size();
       mu_.Unlock();
       for (auto& w : expired) {
@@ -1255,6 +1294,7 @@ void ModelLifecycle::ReapWaiters() {
                     absl::FormatDuration(options_.load_wait),
                     " (--model-load-wait-secs); retry later")));
       }
+      for (auto& [w, st] : left) Fire(w, st);
       mu_.Lock();
       continue;
     }

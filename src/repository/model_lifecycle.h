@@ -41,6 +41,7 @@
 #include "common/mutex.h"
 #include "common/worker_pool.h"
 #include "config/model_config_util.h"
+#include "core/cancellation.h"
 #include "metrics/prometheus.h"
 #include "repository/eviction_policy.h"
 #include "repository/model.h"
@@ -146,6 +147,15 @@ class ModelLifecycle {
   // from `name` (SageMaker's TargetModel archive).
   void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                      const std::string& source_name = "");
+  // The waiting request's own limits: when `cancel` fires, or at `deadline_ns` (monotonic; 0:
+  // none) if that comes before the wait limit, `then` gets CANCELLED or DEADLINE_EXCEEDED (an
+  // empty message: the caller names the request) at once, and the load goes on for others.
+  struct WaitLimits {
+    std::shared_ptr<core::CancellationToken> cancel;
+    uint64_t deadline_ns = 0;
+  };
+  void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
+                     const WaitLimits& limits);
 
   // The ready model for `version` (-1: the newest ready version). Counts a use for eviction.
   absl::StatusOr<std::shared_ptr<const Model>> Get(std::string_view name, int64_t version) const;
@@ -207,7 +217,9 @@ class ModelLifecycle {
   struct Waiter {
     std::function<void(absl::Status)> then;
     std::atomic<bool> fired{false};
-    uint64_t deadline_ns = 0;
+    uint64_t deadline_ns = 0;          // the wait limit (--model-load-wait-secs)
+    uint64_t request_deadline_ns = 0;  // the request's own deadline; 0: none
+    std::shared_ptr<core::CancellationToken> cancel;  // carries a listener until fired
     std::string name;
   };
   // One on-demand load in progress: who waits for it.
@@ -279,6 +291,8 @@ class ModelLifecycle {
   absl::StatusOr<Located> FetchUrl(const std::string& url);
   // Loads an archive's or URL's root folder: the chosen model as `name`, its parts beside it.
   absl::Status LoadFromRoot(const std::string& name, const std::string& root, LoadContext& ctx);
+  void WhenAvailableImpl(const std::string& name, std::function<void(absl::Status)> then,
+                         const std::string& source_name, const WaitLimits& limits);
   // The on-demand load of `name`, run on a loader thread.
   absl::Status LoadOnDemand(const std::string& name, const std::string& source_name);
   void FinishPending(const std::string& name, const absl::Status& status);

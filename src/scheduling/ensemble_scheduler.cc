@@ -14,6 +14,15 @@ std::string StepName(const std::string& ensemble, size_t index, const std::strin
   return inferd::StrCat("ensemble '", ensemble, "' step ", index, " (model '", model, "')");
 }
 
+// When the ensemble request stops being worth answering (0: never): its `timeout` parameter
+// from arrival (the ensemble scheduler has no queue policy, like Triton's default scheduler),
+// or the client's deadline, whichever is first. Its steps carry it as their deadline.
+uint64_t DeadlineOf(const core::InferRequest& r) {
+  uint64_t d = r.timeout_us ? r.times.received_ns + r.timeout_us * 1000 : 0;
+  if (r.deadline_ns != 0 && (d == 0 || r.deadline_ns < d)) d = r.deadline_ns;
+  return d;
+}
+
 }  // namespace
 
 absl::StatusOr<EnsembleGraph> BuildEnsembleGraph(const config::ModelConfig& config) {
@@ -168,6 +177,10 @@ struct EnsembleScheduler::Context {
   std::vector<size_t> waiting ABSL_GUARDED_BY(mu);  // per step: tensors still unwritten
   size_t steps_left ABSL_GUARDED_BY(mu) = 0;
   bool finished ABSL_GUARDED_BY(mu) = false;  // response delivered
+  // One token per dispatched step, cancelled with the client's (each scheduler holding a step
+  // installs its own listener, so steps cannot share the client's token).
+  std::vector<std::shared_ptr<core::CancellationToken>> step_tokens ABSL_GUARDED_BY(mu);
+  uint64_t deadline_ns = 0;  // DeadlineOf(*request)
 };
 
 EnsembleScheduler::EnsembleScheduler(const config::ModelConfig& config, int64_t version,
@@ -222,6 +235,25 @@ void EnsembleScheduler::Start(std::unique_ptr<core::InferRequest> request) {
   ctx->start_ns = core::NowNs();
   ctx->on_complete = std::move(request->on_complete);
   ctx->request = std::shared_ptr<core::InferRequest>(request.release());
+  ctx->deadline_ns = DeadlineOf(*ctx->request);
+  if (absl::Status gone = Expired(*ctx, ctx->start_ns); !gone.ok()) {
+    Fail(ctx.get(), std::move(gone));
+    return;
+  }
+  if (const auto& token = ctx->request->cancel) {
+    // The client going cancels every step in flight; a weak reference, as the context owns
+    // the request that owns the token. Cleared before the answer (Deliver).
+    token->SetListener([weak = std::weak_ptr<Context>(ctx)] {
+      auto c = weak.lock();
+      if (!c) return;
+      std::vector<std::shared_ptr<core::CancellationToken>> steps;
+      {
+        inferd::MutexLock lock(&c->mu);
+        steps = c->step_tokens;
+      }
+      for (auto& t : steps) t->Cancel();
+    });
+  }
   std::vector<size_t> ready;
   {
     inferd::MutexLock lock(&ctx->mu);
@@ -258,7 +290,17 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     req->id = ctx->request->id;
     req->priority = ctx->request->priority;
     req->timeout_us = ctx->request->timeout_us;
+    req->deadline_ns = ctx->deadline_ns;
     req->times.received_ns = core::NowNs();
+    if (ctx->request->cancel) {
+      req->cancel = std::make_shared<core::CancellationToken>();
+      {
+        inferd::MutexLock lock(&ctx->mu);
+        ctx->step_tokens.push_back(req->cancel);
+      }
+      // After it is listed: a cancellation from here on reaches it through the listener.
+      if (ctx->request->cancel->IsCancelled()) req->cancel->Cancel();
+    }
     // The step's inputs view the tensors where they are (the client's request or an earlier
     // step's output); the payload keeps each owner alive.
     auto keep = std::make_shared<std::vector<std::shared_ptr<const void>>>();
@@ -288,11 +330,16 @@ void EnsembleScheduler::OnStepDone(const std::shared_ptr<Context>& ctx, size_t s
   std::vector<size_t> ready;
   absl::Status error;
   bool finish = false;
+  const uint64_t now = core::NowNs();
+  // The client gone or its deadline passed: answer that, and start no later step.
+  absl::Status gone = Expired(*ctx, now);
   {
     inferd::MutexLock lock(&ctx->mu);
     --ctx->steps_left;
     if (ctx->finished) return;  // an earlier step failed; the response is gone
-    if (!response->status.ok()) {
+    if (!gone.ok()) {
+      error = std::move(gone);
+    } else if (!response->status.ok()) {
       // A composing model that is not loaded makes the ensemble unavailable, not unknown.
       const absl::StatusCode code = response->status.code() == absl::StatusCode::kNotFound
                                         ? absl::StatusCode::kUnavailable
@@ -326,14 +373,7 @@ void EnsembleScheduler::OnStepDone(const std::shared_ptr<Context>& ctx, size_t s
   }
   response.reset();
   if (!error.ok()) {
-    stats_->RecordFailure(core::NowNs() - ctx->request->times.received_ns,
-                          metrics::FailureReason::kBackend);
-    auto failed = std::make_unique<core::InferResponse>();
-    failed->status = std::move(error);
-    failed->model_name = name_;
-    failed->model_version = version_;
-    failed->id = ctx->request->id;
-    if (auto cb = std::move(ctx->on_complete)) cb(std::move(failed));
+    Fail(ctx.get(), std::move(error));
     return;
   }
   if (!ready.empty()) Dispatch(ctx, std::move(ready));
@@ -358,6 +398,38 @@ void EnsembleScheduler::Finish(Context* ctx) {
   const auto& times = ctx->request->times;
   stats_->RecordSuccess(end - times.received_ns, ctx->start_ns - times.queue_start_ns, 0, 0, 0,
                         ctx->request->batch_size);
+  Deliver(ctx, std::move(response));
+}
+
+absl::Status EnsembleScheduler::Expired(const Context& ctx, uint64_t now) const {
+  const core::InferRequest& r = *ctx.request;
+  // The deadline first: gRPC cancels a call whose deadline passed, and that is a timeout.
+  if (ctx.deadline_ns != 0 && now >= ctx.deadline_ns) {
+    return core::DeadlineError(r, now,
+                               r.timeout_us && r.times.received_ns + r.timeout_us * 1000 <= now
+                                   ? inferd::StrCat("timeout ", r.timeout_us, " us")
+                                   : std::string("the client's deadline"));
+  }
+  if (r.IsCancelled()) return core::CancelledError(r, now);
+  return absl::OkStatus();
+}
+
+void EnsembleScheduler::Fail(Context* ctx, absl::Status error) {
+  const auto reason = error.code() == absl::StatusCode::kDeadlineExceeded ? metrics::FailureReason::kTimeout
+                      : error.code() == absl::StatusCode::kCancelled      ? metrics::FailureReason::kCanceled
+                                                                          : metrics::FailureReason::kBackend;
+  stats_->RecordFailure(core::NowNs() - ctx->request->times.received_ns, reason);
+  auto failed = std::make_unique<core::InferResponse>();
+  failed->status = std::move(error);
+  failed->model_name = name_;
+  failed->model_version = version_;
+  failed->id = ctx->request->id;
+  Deliver(ctx, std::move(failed));
+}
+
+void EnsembleScheduler::Deliver(Context* ctx, std::unique_ptr<core::InferResponse> response) {
+  // Not under ctx->mu: the listener takes it.
+  if (ctx->request->cancel) ctx->request->cancel->ClearListener();
   if (auto cb = std::move(ctx->on_complete)) cb(std::move(response));
 }
 

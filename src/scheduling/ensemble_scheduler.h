@@ -80,6 +80,10 @@ class EnsembleScheduler : public Scheduler {
   void OnStepDone(const std::shared_ptr<Context>& ctx, size_t step,
                   std::unique_ptr<core::InferResponse> response);
   void Finish(Context* ctx);
+  // CANCELLED when the client went, DEADLINE_EXCEEDED (with the time waited) past its deadline.
+  absl::Status Expired(const Context& ctx, uint64_t now) const;
+  void Fail(Context* ctx, absl::Status error);  // answers the client with `error`
+  void Deliver(Context* ctx, std::unique_ptr<core::InferResponse> response);
   void ContextDone();
 
   const std::string name_;

@@ -194,15 +194,37 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     if (may_load && (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kUnavailable)) {
       // Not loaded: the store loads it if it may (on demand, or an evicted model), then the
       // request goes on from the loader thread; otherwise it is answered at once.
+      // The request leaves the wait when its client goes or its deadline (its `timeout` from
+      // arrival, as no queue policy is known yet, or the client's) passes; the load goes on.
       const std::string name = request->model_name;
+      repository::ModelLifecycle::WaitLimits limits;
+      limits.cancel = request->cancel;
+      if (request->timeout_us != 0) {
+        limits.deadline_ns = request->times.received_ns + request->timeout_us * 1000;
+      }
+      if (request->deadline_ns != 0 &&
+          (limits.deadline_ns == 0 || request->deadline_ns < limits.deadline_ns)) {
+        limits.deadline_ns = request->deadline_ns;
+      }
       auto shared = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(request));
       lifecycle_->WhenAvailable(name, [this, shared](absl::Status st) {
+        core::InferRequest& r = **shared;
+        const uint64_t now = core::NowNs();
+        if (st.code() == absl::StatusCode::kCancelled && r.IsCancelled()) {
+          st = core::CancelledError(r, now);
+        } else if (st.code() == absl::StatusCode::kDeadlineExceeded && st.message().empty()) {
+          st = core::DeadlineError(
+              r, now,
+              r.timeout_us && r.times.received_ns + r.timeout_us * 1000 <= now
+                  ? inferd::StrCat("timeout ", r.timeout_us, " us, waiting for the model to load")
+                  : std::string("the client's deadline, waiting for the model to load"));
+        }
         if (!st.ok()) {
           core::CompleteWithError(std::move(*shared), st);
           return;
         }
         InferLoaded(std::move(*shared), /*may_load=*/false);
-      });
+      }, limits);
       return;
     }
     core::CompleteWithError(std::move(request), model.status());

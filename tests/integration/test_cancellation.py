@@ -330,3 +330,125 @@ def test_stream_in_flight_bound(server_factory, tmp_path, pb, bound, expect_reje
         assert not errors, errors
         assert stats(srv)["inference_count"] == 6
     channel.close()
+
+
+# ------------------------------------------------------------------------------------------
+# Ensembles: the steps carry the client's cancellation and deadline
+
+def slow_ensemble(root, delay_ms):
+    """`ens`: step 0 the slow identity model, step 1 `tail` (an identity without delay)."""
+    slow_model(root, delay_ms=delay_ms)
+    slow_model(root, name="tail", delay_ms=0)
+    d = root / "ens"
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n' + IO +
+        'ensemble_scheduling { step [\n'
+        '  { model_name: "slow" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" }\n'
+        '    output_map { key: "OUTPUT0" value: "mid" } },\n'
+        '  { model_name: "tail" model_version: -1 input_map { key: "INPUT0" value: "mid" }\n'
+        '    output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }\n')
+    return root
+
+
+def test_ensemble_running_step_stops_and_later_steps_never_start(server_factory, tmp_path):
+    srv = server_factory([slow_ensemble(tmp_path, delay_ms=3000)])
+    r = post_infer(srv, "ens", timeout=30)  # the ensemble works, end to end
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(r.json()["outputs"][0]["data"], [1, 2, 3, 4])
+    raw_request_then_close(srv, "ens", hold=0.4)  # step 0 runs when the client leaves
+    t0 = time.monotonic()
+    r = post_infer(srv)  # the slow instance is free again long before the 3 s step would end
+    waited = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert waited < 4.2, f"follow-up waited {waited:.2f}s; one run takes 3 s"
+    wait_for(lambda: failures(srv, "ens").get("CANCELED", 0) == 1, 1.0, "the ensemble's cancel")
+    assert stats(srv, "tail")["inference_count"] == 1, stats(srv, "tail")  # only the first
+    assert stats(srv)["inference_count"] == 2 and failures(srv)["CANCELED"] == 1
+
+
+def test_ensemble_queued_step_of_a_gone_client_never_runs(server_factory, tmp_path):
+    srv = server_factory([slow_ensemble(tmp_path, delay_ms=1500)])
+    first = in_background(post_infer, srv)
+    time.sleep(0.3)
+    raw_request_then_close(srv, "ens", hold=0.2)  # its step 0 waits behind the first
+    wait_for(lambda: failures(srv, "ens").get("CANCELED", 0) == 1, 0.8, "the ensemble's cancel")
+    assert first()[0].status_code == 200
+    s = stats(srv)
+    assert s["inference_count"] == 1 and s["execution_count"] == 1, s  # step 0 never ran
+    assert stats(srv, "tail")["inference_count"] == 0
+
+
+@pytest.mark.parametrize("how", ["timeout", "grpc-deadline"])
+def test_ensemble_deadline_is_504_and_its_steps_never_run(server_factory, tmp_path, pb, how):
+    srv = server_factory([slow_ensemble(tmp_path, delay_ms=2000)])
+    first = in_background(post_infer, srv)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    if how == "timeout":
+        r = post_infer(srv, "ens", body=body_with({"timeout": 300000}))
+        waited = time.monotonic() - t0
+        assert r.status_code == 504, r.text
+        msg = r.json()["error"]
+        assert "request for model 'ens' timed out" in msg and "timeout 300000 us" in msg, msg
+        m = re.search(r"waited ([0-9.]+) ms", msg)
+        assert m and 280 <= float(m.group(1)) <= 1200, msg
+        assert 0.25 < waited < 1.2, f"answered after {waited:.2f}s, the timeout is 0.3s"
+    else:
+        channel, stub = grpc_stub(srv, pb)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(grpc_request(pb, "ens"), timeout=0.3)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        channel.close()
+    wait_for(lambda: failures(srv, "ens").get("TIMEOUT", 0) == 1, 2.0, "the ensemble's timeout")
+    assert first()[0].status_code == 200
+    assert stats(srv)["inference_count"] == 1, stats(srv)  # its step 0 never ran
+    assert stats(srv, "tail")["inference_count"] == 0
+    assert failures(srv, "ens").get("BACKEND", 0) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# On-demand loading: a request waiting for its model's load leaves when its client does
+
+def slow_loading_model(root, name="lazy", load_s=2):
+    """An identity model whose load takes `load_s` seconds: warmup runs of 1 s each."""
+    warmup = (f'model_warmup [ {{ name: "w" batch_size: 1 count: {load_s}\n'
+              '  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] '
+              'zero_data: true } } } ]\n')
+    return slow_model(root, name=name, delay_ms=1000, extra=warmup)
+
+
+def wait_loaded(srv, name="lazy"):
+    srv.wait_until(lambda: srv.get(f"/v2/models/{name}/ready").status_code == 200, 30,
+                   f"{name} loaded")
+
+
+def test_on_demand_wait_ends_at_the_request_timeout(server_factory, tmp_path):
+    srv = server_factory([slow_loading_model(tmp_path)], ["--model-control-mode=on-demand"])
+    t0 = time.monotonic()
+    r = post_infer(srv, "lazy", body=body_with({"timeout": 300000}))
+    waited = time.monotonic() - t0
+    assert r.status_code == 504, r.text
+    msg = r.json()["error"]
+    assert "request for model 'lazy' timed out" in msg and "timeout 300000 us" in msg, msg
+    m = re.search(r"waited ([0-9.]+) ms", msg)
+    assert m and 280 <= float(m.group(1)) <= 1000, msg
+    assert waited < 1.0, f"answered after {waited:.2f}s; the load takes 2 s"
+    wait_loaded(srv)  # the load went on
+    s = stats(srv, "lazy")
+    assert s["inference_count"] == 0 and s["inference_stats"]["fail"]["count"] == 0, s
+    assert post_infer(srv, "lazy").status_code == 200
+
+
+def test_on_demand_wait_ends_when_the_client_leaves(server_factory, tmp_path):
+    srv = server_factory([slow_loading_model(tmp_path)], ["--model-control-mode=on-demand"])
+    raw_request_then_close(srv, "lazy", hold=0.3)
+    # A second request joins the same load and is served by it.
+    r, secs = in_background(post_infer, srv, "lazy")()
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(r.json()["outputs"][0]["data"], [1, 2, 3, 4])
+    # The one that left never reached the model (a request still waiting for the load would be
+    # dropped by the model's scheduler, counted CANCELED there).
+    s = stats(srv, "lazy")
+    assert s["inference_count"] == 1 and s["inference_stats"]["fail"]["count"] == 0, s
+    assert failures(srv, "lazy").get("CANCELED", 0) == 0

@@ -118,6 +118,23 @@ class Pump {
     cb(std::move(resp));
     return seen;
   }
+  // The pending step request for `model` (still owned by the pump), or null.
+  const core::InferRequest* Peek(const std::string& model) {
+    inferd::MutexLock lock(&mu_);
+    for (const auto& r : pending_) {
+      if (r->model_name == model) return r.get();
+    }
+    return nullptr;
+  }
+  // Fails every pending step (so a failed expectation does not leave the scheduler waiting).
+  void FailAll() {
+    std::vector<std::unique_ptr<core::InferRequest>> all;
+    {
+      inferd::MutexLock lock(&mu_);
+      all.swap(pending_);
+    }
+    for (auto& r : all) core::CompleteWithError(std::move(r), absl::CancelledError("test end"));
+  }
   void Fail(const std::string& model, absl::Status status) {
     auto r = Take(model);
     core::CompleteWithError(std::move(r), std::move(status));
@@ -373,6 +390,82 @@ TEST_F(EnsembleSchedulerTest, ShutdownWaitsForStepsInFlightAndRefusesNewRequests
   EXPECT_TRUE(done.load());
   ASSERT_EQ(result.calls, 1);
   EXPECT_TRUE(result.response->status.ok());
+}
+
+// The client's cancellation reaches every step in flight through a token of its own (each
+// holder installs its own listener), the steps still to come are never dispatched, and the
+// ensemble answers CANCELLED, counted as such.
+TEST_F(EnsembleSchedulerTest, ClientCancellationCancelsStepsInFlightAndStartsNoMore) {
+  Make(kEnsemble);
+  Result result;
+  auto req = MakeRequest(&result, {1, 2, 3, 4}, {10, 20, 30, 40});
+  auto token = std::make_shared<core::CancellationToken>();
+  req->cancel = token;
+  scheduler_->Enqueue(std::move(req));
+  const core::InferRequest* add = pump_.Peek("add");
+  const core::InferRequest* sub = pump_.Peek("sub");
+  ASSERT_NE(add, nullptr);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_NE(add->cancel, nullptr);
+  EXPECT_NE(add->cancel, token);
+  EXPECT_NE(add->cancel, sub->cancel);
+  EXPECT_FALSE(add->IsCancelled());
+  token->Cancel();
+  EXPECT_TRUE(add->IsCancelled());
+  EXPECT_TRUE(sub->IsCancelled());
+  pump_.Run("add");  // finished anyway: "square" must not start
+  EXPECT_THAT(pump_.Pending(), ElementsAre("sub"));
+  EXPECT_EQ(result.calls, 1);
+  if (result.response != nullptr) {
+    EXPECT_EQ(result.response->status.code(), absl::StatusCode::kCancelled);
+    EXPECT_THAT(std::string(result.response->status.message()),
+                ::testing::HasSubstr("request for model 'ens' was cancelled by the client"));
+  }
+  pump_.FailAll();
+  EXPECT_EQ(result.calls, 1);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 1u);
+}
+
+// A request cancelled before the ensemble starts it dispatches nothing.
+TEST_F(EnsembleSchedulerTest, AlreadyCancelledRequestDispatchesNothing) {
+  Make(kEnsemble);
+  Result result;
+  auto req = MakeRequest(&result, {1, 2, 3, 4}, {10, 20, 30, 40});
+  req->cancel = std::make_shared<core::CancellationToken>();
+  req->cancel->Cancel();
+  scheduler_->Enqueue(std::move(req));
+  EXPECT_TRUE(pump_.Pending().empty());
+  pump_.FailAll();
+  ASSERT_EQ(result.calls, 1);
+  EXPECT_EQ(result.response->status.code(), absl::StatusCode::kCancelled);
+}
+
+// The ensemble's deadline (its `timeout` from arrival, or the client's) is every step's
+// deadline; past it, the ensemble answers DEADLINE_EXCEEDED naming itself and the time waited,
+// and starts no later step.
+TEST_F(EnsembleSchedulerTest, DeadlineGoesToTheStepsAndEndsTheEnsemble) {
+  Make(kEnsemble);
+  Result result;
+  auto req = MakeRequest(&result, {1, 2, 3, 4}, {10, 20, 30, 40});
+  req->timeout_us = 20000;
+  const uint64_t received = req->times.received_ns;
+  scheduler_->Enqueue(std::move(req));
+  const core::InferRequest* add = pump_.Peek("add");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->deadline_ns, received + 20000 * 1000);  // the step expires with the ensemble
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  pump_.Run("add");
+  EXPECT_THAT(pump_.Pending(), ElementsAre("sub"));
+  EXPECT_EQ(result.calls, 1);
+  if (result.response != nullptr) {
+    EXPECT_EQ(result.response->status.code(), absl::StatusCode::kDeadlineExceeded);
+    const std::string msg(result.response->status.message());
+    EXPECT_THAT(msg, ::testing::HasSubstr("request for model 'ens' timed out: waited "));
+    EXPECT_THAT(msg, ::testing::HasSubstr("(timeout 20000 us)"));
+  }
+  pump_.FailAll();
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kTimeout)], 1u);
 }
 
 }  // namespace
