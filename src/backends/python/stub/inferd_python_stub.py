@@ -331,6 +331,8 @@ class ResponseSender:
                 self._done.notify_all()
 
     def is_cancelled(self):
+        if self._closed:
+            return False  # inferd no longer holds the request
         return self._channel.is_cancelled(self._index)
 
 
@@ -420,6 +422,8 @@ class Stub:
                 if not any(t is not main and t.is_alive() for t in threading.enumerate()):
                     break
                 done.wait(0.05)
+        for r in requests:
+            r._index = -1
         return {"op": "done", "responses": []}
 
     def _decode(self, msg):
@@ -496,6 +500,11 @@ class Stub:
                 result = self._run(result)
         except Exception as e:  # the model's own error fails the whole batch
             return {"op": "done", "error": _error_message(e)}
+        finally:
+            # inferd answers is_cancelled() only while the call runs: afterwards (a request kept
+            # by the model's threads) the answer is False, asked of no one.
+            for r in requests:
+                r._index = -1
         if not isinstance(result, (list, tuple)) or len(result) != len(requests):
             got = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
             return {"op": "done", "error":
