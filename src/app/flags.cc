@@ -368,8 +368,10 @@ std::string Usage() {
   --model-config-name=<name>       use <model>/configs/<name>.pbtxt where it exists
   --id=<string>                    the server's identifier, server metadata's "name"
                                    (default inferd)
-  --model-namespacing=false        a model name must be unique across the repositories
-                                   (tritonserver's default); true is refused
+  --model-namespacing=<bool>       true: a model name held by several repositories is one
+                                   model per repository (each ensemble runs its own
+                                   repository's copy; a request by that name is ambiguous);
+                                   false (default): such a name is unavailable
   --backend-config=[<backend>,]<key>=<value>   e.g. onnxruntime,default-max-batch-size=8
                                    (the max_batch_size auto-complete gives a model that can
                                    batch; default 4); repeatable
@@ -555,15 +557,12 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       // tritonserver's --id: the server identifier, the server metadata's "name".
       {"id", [&](const std::string& v) { f.server.id = v; return absl::OkStatus(); }},
       {"model-namespacing", [&](const std::string& v) -> absl::Status {
-         // Off (tritonserver's default) is this store's behaviour: a model name found in two
-         // repositories is refused. On would serve both under per-repository namespaces.
+         // Triton's model namespacing: a name several repositories hold is one model per
+         // repository; ensembles run their own repository's copy; a request by that name is
+         // refused as ambiguous.
          auto b = ParseBool("model-namespacing", v);
          if (!b.ok()) return b.status();
-         if (*b) {
-           return absl::InvalidArgumentError(
-               "--model-namespacing=true: model namespaces are not implemented (a model name "
-               "must be unique across the --model-repository folders); leave it false");
-         }
+         f.server.model_namespacing = *b;
          return absl::OkStatus();
        }},
   };

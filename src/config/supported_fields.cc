@@ -172,7 +172,8 @@ constexpr FieldRule kRules[] = {
     {"ensemble_scheduling.step.input_map", kYes, kEnsemble},
     {"ensemble_scheduling.step.output_map", kYes, kEnsemble},
     {"ensemble_scheduling.step.model_namespace", kNo, kEnsemble, false,
-     "model namespaces (--model-namespacing) are not implemented"},
+     "the server sets it (--model-namespacing: the ensemble's own repository first); "
+     "a config cannot name a namespace"},
     {"ensemble_scheduling.max_inflight_requests", kYes, kEnsemble},
 
     // Triton refuses `instance_group` in an ensemble too.

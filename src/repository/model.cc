@@ -16,6 +16,11 @@
 #include "scheduling/sequence_batcher.h"
 
 namespace inferd::repository {
+
+std::string NamespacedName(std::string_view ns, std::string_view name) {
+  if (ns.empty()) return std::string(name);
+  return inferd::StrCat(ns, "::", name);
+}
 namespace {
 
 // Builds the request a model_warmup sample describes (Triton's rules: dims exclude the batch
@@ -125,6 +130,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   std::shared_ptr<Model> model(new Model());
   model->config_ = config;
   model->version_ = version;
+  model->model_namespace_ = options.model_namespace;
   auto latency_metrics = LatencyMetricsFor(config, options);
   if (!latency_metrics.ok()) return latency_metrics.status();
   model->stats_ = std::make_unique<metrics::ModelStats>(*latency_metrics);
@@ -179,6 +185,11 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   if (backend == nullptr) {
     auto graph = scheduling::BuildEnsembleGraph(model->config_);
     if (!graph.ok()) return graph.status();
+    // A step the store resolved in a namespace (--model-namespacing) runs that copy.
+    for (size_t i = 0; i < graph->steps.size(); ++i) {
+      const auto& step = model->config_.ensemble_scheduling().step(static_cast<int>(i));
+      graph->steps[i].model_name = NamespacedName(step.model_namespace(), step.model_name());
+    }
     if (!options.dispatch) {
       return absl::FailedPreconditionError(
           inferd::StrCat("ensemble '", config.name(), "': this server cannot run ensembles"));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
@@ -16,6 +17,10 @@
 #include "scheduling/scheduler.h"
 
 namespace inferd::repository {
+
+// The store's key of a model in a namespace (--model-namespacing): "<namespace>::<name>", or
+// the name alone when `ns` is empty. An ensemble step with model_namespace dispatches to it.
+std::string NamespacedName(std::string_view ns, std::string_view name);
 
 struct LoadOptions {
   int cpu_cores = 1;
@@ -27,6 +32,9 @@ struct LoadOptions {
   // Whether a model is ready (the server's readiness), for backends that ask (Python's
   // is_model_ready).
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
+  // --model-namespacing: the repository the model was loaded from (its metrics' "namespace"
+  // label, as Triton's); empty without namespacing.
+  std::string model_namespace;
 };
 
 // Runs every model_warmup sample on `instance` (count times each). Fails with the reason.
@@ -46,6 +54,7 @@ class Model {
   const config::ModelConfig& config() const { return config_; }
   int64_t version() const { return version_; }
   double load_seconds() const { return load_seconds_; }
+  const std::string& model_namespace() const { return model_namespace_; }
   metrics::ModelStats& stats() const { return *stats_; }
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
@@ -66,6 +75,7 @@ class Model {
   config::ModelConfig backend_config_;
   int64_t version_ = 0;
   double load_seconds_ = 0;
+  std::string model_namespace_;
   std::unique_ptr<metrics::ModelStats> stats_;
   std::shared_ptr<const LabelMap> labels_;
   std::unique_ptr<scheduling::Scheduler> scheduler_;

@@ -171,6 +171,7 @@ absl::Status ModelLifecycle::Open() {
 
 ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
   Scan scan;
+  std::vector<std::pair<Source*, std::vector<SourceModel>>> lists;
   for (const auto& source : sources_) {
     auto listed = source->List();
     if (!listed.ok()) {
@@ -178,21 +179,39 @@ ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
       scan.errors.push_back(std::string(listed.status().message()));
       continue;
     }
-    for (auto& m : *listed) {
-      auto [it, inserted] = scan.models.emplace(m.name, Listed{source.get(), m});
+    lists.emplace_back(source.get(), *std::move(listed));
+  }
+  for (const auto& [source, models] : lists) {
+    for (const auto& m : models) {
+      auto [it, inserted] = scan.models.emplace(m.name, Listed{source, m});
       if (!inserted) {
-        scan.duplicates[m.name] = StrCat("model '", m.name, "' appears in both '",
-                                         it->second.source->url(), "' and '", source->url(), "'");
+        // Triton's reason (MODEL_READY_REASON_DUPLICATE), then where.
+        scan.duplicates[m.name] =
+            StrCat("model appears in two or more repositories: '", m.name, "' in '",
+                   it->second.source->url(), "' and '", source->url(),
+                   "' (--model-namespacing=true serves each)");
       }
     }
   }
   for (const auto& [name, reason] : scan.duplicates) scan.models.erase(name);
+  if (options_.namespacing) {
+    // Each repository's copy of a shared name is its own model, keyed by its namespace.
+    for (const auto& [source, models] : lists) {
+      for (const auto& m : models) {
+        if (scan.duplicates.count(m.name)) {
+          scan.models.emplace(NamespacedName(source->url(), m.name), Listed{source, m});
+        }
+      }
+    }
+    scan.duplicates.clear();
+  }
   return scan;
 }
 
 absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
-    const std::string& name, const std::string& dir,
+    const std::string& key, const std::string& dir,
     const std::optional<config::ModelConfig>& override_config) {
+  const std::string name = PlainName(key);  // a namespaced copy's config names the model itself
   config::ModelConfig cfg;
   const std::string path = config::ModelConfigPath(dir, options_.model_config_name);
   if (override_config) {
@@ -451,7 +470,13 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       const int active = instantiating_.fetch_add(1);
       const uint64_t started = instantiations_.fetch_add(1);
       const int64_t rss_before = RssBytes();
-      model = Model::Load(*cfg, dir, v, backend, options_.load);
+      if (options_.namespacing) {
+        LoadOptions load = options_.load;
+        load.model_namespace = ctx.ns;
+        model = Model::Load(*cfg, dir, v, backend, load);
+      } else {
+        model = Model::Load(*cfg, dir, v, backend, options_.load);
+      }
       grown = RssBytes() - rss_before;
       // Another load ran meanwhile (no budget, so nothing serialized them): the growth is
       // not this version's alone, and its size on disk is the better figure.
@@ -549,7 +574,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
   return absl::OkStatus();
 }
 
-absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, LoadContext& ctx) {
+absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadContext& ctx) {
   ASSIGN_OR_RETURN(auto graph, scheduling::BuildEnsembleGraph(config));
   ctx.ensemble_stack.push_back(config.name());
   struct Pop {
@@ -569,7 +594,27 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
           where, ": ensembles form a cycle (", inferd::StrJoin(ctx.ensemble_stack, " -> "), " -> ",
           step.model_name, ")"));
     }
-    auto model = Get(step.model_name, step.model_version);
+    // --model-namespacing: the copy in the ensemble's own repository first (Triton's preferred
+    // identifier); else the name as a client would give it (one copy, or ambiguous).
+    std::string key = step.model_name;
+    if (options_.namespacing && !ctx.ns.empty()) {
+      const std::string own = NamespacedName(ctx.ns, step.model_name);
+      bool have_own;
+      {
+        inferd::ReaderMutexLock lock(&mu_);
+        have_own = entries_.count(own) > 0;
+      }
+      if (!have_own) {
+        if (!scan) scan = ScanSources();
+        have_own = scan->models.count(own) > 0;
+      }
+      if (have_own) {
+        key = own;
+        auto* mutable_step = config.mutable_ensemble_scheduling()->mutable_step(static_cast<int>(i));
+        mutable_step->set_model_namespace(ctx.ns);
+      }
+    }
+    auto model = Get(key, step.model_version);
     if (model.ok() && ctx.siblings.count(step.model_name) &&
         std::find(ctx.parts.begin(), ctx.parts.end(), step.model_name) == ctx.parts.end()) {
       // Another archive loaded a part of this name already: this ensemble shares it, and it
@@ -580,19 +625,23 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
       // A part beside the ensemble in its archive, else a model of the repositories.
       std::string dir;
       std::string source_fingerprint;
+      std::string part_ns;
+      std::optional<Origin> part_origin;
       if (auto s = ctx.siblings.find(step.model_name); s != ctx.siblings.end()) {
         dir = s->second;
       } else {
         if (!scan) scan = ScanSources();
-        if (auto it = scan->models.find(step.model_name);
+        if (auto it = scan->models.find(key);
             it != scan->models.end() && !it->second.model.archive) {
           FetchStats stats;
-          auto fetched = FetchCounted(it->second.source, step.model_name, &stats);
+          auto fetched = FetchCounted(it->second.source, it->second.model.name, &stats);
           if (!fetched.ok()) {
             return absl::InvalidArgumentError(StrCat(where, ": ", fetched.status().message()));
           }
           dir = *fetched;
           source_fingerprint = it->second.model.fingerprint;
+          if (options_.namespacing) part_ns = it->second.source->url();
+          part_origin = Origin{it->second.source, it->second.model.name, ""};
         }
       }
       if (!dir.empty()) {
@@ -602,20 +651,23 @@ absl::Status ModelLifecycle::PrepareEnsemble(const config::ModelConfig& config, 
         part.siblings = ctx.siblings;
         part.source_fingerprint = source_fingerprint;
         part.explicit_load = false;  // loaded because the ensemble runs it
+        part.ns = part_ns;
         const bool sibling = ctx.siblings.count(step.model_name) > 0;
+        // A namespaced copy remembers its repository (so an eviction can load it again).
+        if (key != step.model_name && part_origin) part.origin = part_origin;
         // An archive's parts come and go with their ensemble; a repository model loaded for an
         // ensemble is pinned (or evictable) like the ensemble.
         part.residency = sibling ? Residency::kPart : ctx.residency;
-        auto claimed = Claim(step.model_name, part);
+        auto claimed = Claim(key, part);
         if (!claimed.ok()) return absl::InvalidArgumentError(StrCat(where, ": ", claimed.status().message()));
         if (*claimed) {
-          LOG_INFO << "loading model '" << step.model_name << "', which ensemble '"
+          LOG_INFO << "loading model '" << key << "', which ensemble '"
                    << config.name() << "' runs";
-          (void)LoadClaimed(step.model_name, dir, std::nullopt, part);
-          Unclaim(step.model_name);
+          (void)LoadClaimed(key, dir, std::nullopt, part);
+          Unclaim(key);
           if (sibling) ctx.parts.push_back(step.model_name);
         }
-        model = Get(step.model_name, step.model_version);
+        model = Get(key, step.model_version);
       }
     }
     if (!model.ok()) {
@@ -786,6 +838,34 @@ absl::Status ModelLifecycle::LoadFromRepository(
     return absl::InvalidArgumentError(dup->second);
   }
   auto it = scan.models.find(name);
+  if (it == scan.models.end() && options_.namespacing) {
+    // --model-namespacing: as Triton, a load by a name several repositories hold loads each.
+    std::vector<std::string> failures;
+    size_t copies = 0;
+    for (const auto& source : sources_) {
+      const std::string key = NamespacedName(source->url(), name);
+      auto copy = scan.models.find(key);
+      if (copy == scan.models.end()) continue;
+      ++copies;
+      FetchStats stats;
+      auto dir = FetchCounted(copy->second.source, name, &stats);
+      absl::Status st = dir.status();
+      if (dir.ok()) {
+        LoadContext ctx;
+        ctx.residency = Residency::kPinned;
+        ctx.source_fingerprint = copy->second.model.fingerprint;
+        ctx.origin = Origin{copy->second.source, name, ""};
+        ctx.ns = source->url();
+        st = copy->second.model.archive ? LoadFromRoot(key, *dir, ctx)
+                                        : LoadOne(key, *dir, override_config, ctx);
+      }
+      if (!st.ok()) failures.push_back(StrCat("load failed for model '", key, "': ", st.message()));
+    }
+    if (copies > 0) {
+      if (failures.empty()) return absl::OkStatus();
+      return absl::InvalidArgumentError(StrJoin(failures, "\n"));
+    }
+  }
   if (it == scan.models.end()) {
     if (!scan.errors.empty()) {
       // A repository that could not be listed may hold it: not the client's fault.
@@ -803,6 +883,7 @@ absl::Status ModelLifecycle::LoadFromRepository(
   ctx.residency = Residency::kPinned;
   ctx.source_fingerprint = it->second.model.fingerprint;
   ctx.origin = Origin{it->second.source, name, ""};
+  if (options_.namespacing) ctx.ns = it->second.source->url();
   if (it->second.model.archive) return LoadFromRoot(name, *dir, ctx);
   return LoadOne(name, *dir, override_config, ctx);
 }
@@ -835,7 +916,7 @@ absl::Status ModelLifecycle::LoadAll() {
     auto task = [this, name = name, listed = listed, state] {
       absl::Status st;
       FetchStats stats;
-      auto dir = FetchCounted(listed.source, name, &stats);
+      auto dir = FetchCounted(listed.source, listed.model.name, &stats);
       if (!dir.ok()) {
         st = dir.status();
         SetFailed(name, "", st);
@@ -844,7 +925,8 @@ absl::Status ModelLifecycle::LoadAll() {
         ctx.pass = &state->claimed;
         ctx.residency = Residency::kPinned;
         ctx.source_fingerprint = listed.model.fingerprint;
-        ctx.origin = Origin{listed.source, name, ""};
+        ctx.origin = Origin{listed.source, listed.model.name, ""};
+        if (options_.namespacing) ctx.ns = listed.source->url();
         st = LoadOne(name, *dir, std::nullopt, ctx);
       }
       inferd::MutexLock lock(&state->mu);
@@ -912,6 +994,29 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   const std::string wanted =
       !source_name.empty() ? source_name : (origin ? origin->source_name : name);
   RETURN_IF_ERROR(ValidateModelName(wanted));
+  if (options_.namespacing && source_name.empty()) {
+    if (origin && origin->source != nullptr && wanted != name) {
+      // A namespaced copy (an ensemble's step) evicted: loaded again from its own repository.
+      Located again;
+      ASSIGN_OR_RETURN(again.dir, FetchCounted(origin->source, wanted, &again.fetch));
+      LoadContext ctx;
+      ctx.residency = Residency::kEvictable;
+      ctx.origin = origin;
+      ctx.ns = origin->source->url();
+      return LoadOne(name, again.dir, std::nullopt, ctx);
+    }
+    // A name several repositories hold names no one model (Triton's ambiguity).
+    Scan scan = ScanSources();
+    size_t copies = 0;
+    for (const auto& source : sources_) {
+      copies += scan.models.count(NamespacedName(source->url(), name));
+    }
+    if (copies > 1) {
+      return absl::InvalidArgumentError(StrCat(
+          "There are ", copies, " identifiers of model '", name,
+          "' in global map, model namespace must be provided to resolve ambiguity."));
+    }
+  }
   auto found = Locate(wanted);
   if (!found.ok()) {
     if (found.status().code() == absl::StatusCode::kNotFound) {
@@ -934,6 +1039,25 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
 }
 
 absl::Status ModelLifecycle::Unload(const std::string& name, bool unload_dependents) {
+  if (options_.namespacing) {
+    // --model-namespacing: as Triton, an unload by a name several repositories hold unloads
+    // each copy.
+    std::vector<std::string> copies;
+    {
+      inferd::ReaderMutexLock lock(&mu_);
+      if (!entries_.count(name)) {
+        for (const auto& source : sources_) {
+          std::string key = NamespacedName(source->url(), name);
+          if (entries_.count(key)) copies.push_back(std::move(key));
+        }
+      }
+    }
+    if (!copies.empty()) {
+      absl::Status st;
+      for (const auto& key : copies) st.Update(Unload(key, unload_dependents));
+      return st;
+    }
+  }
   std::vector<std::shared_ptr<const Model>> retired;
   std::vector<std::shared_ptr<const std::string>> override_dirs;
   std::vector<std::string> dependents;
@@ -990,7 +1114,7 @@ std::set<std::string> ModelLifecycle::StepModelsLocked(const Entry& e) const {
   for (const auto& [v, slot] : e.versions) {
     if (!slot.model) continue;
     for (const auto& step : slot.model->config().ensemble_scheduling().step()) {
-      steps.insert(step.model_name());
+      steps.insert(NamespacedName(step.model_namespace(), step.model_name()));
     }
   }
   return steps;
@@ -1122,7 +1246,7 @@ void ModelLifecycle::Poll() {
   for (const auto& [name, listed] : changed) {
     LOG_INFO << "poll: loading new or changed model '" << name << "'";
     FetchStats stats;
-    auto dir = FetchCounted(listed.source, name, &stats);
+    auto dir = FetchCounted(listed.source, listed.model.name, &stats);
     if (!dir.ok()) {
       SetFailed(name, "", dir.status());
       continue;
@@ -1130,7 +1254,8 @@ void ModelLifecycle::Poll() {
     LoadContext ctx;
     ctx.pass = &pass;
     ctx.source_fingerprint = listed.model.fingerprint;
-    ctx.origin = Origin{listed.source, name, ""};
+    ctx.origin = Origin{listed.source, listed.model.name, ""};
+    if (options_.namespacing) ctx.ns = listed.source->url();
     (void)LoadOne(name, *dir, std::nullopt, ctx);
   }
 }
@@ -1410,12 +1535,50 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Get(std::string_vie
   return Lookup(name, version, /*count_use=*/true);
 }
 
+absl::StatusOr<std::string> ModelLifecycle::ResolveLocked(std::string_view name) const {
+  if (!options_.namespacing || entries_.count(name)) return std::string(name);
+  // The namespaced copies of `name` (rare: only names several repositories hold).
+  std::vector<std::string> keys;
+  const std::string tail = StrCat("::", name);
+  for (const auto& [key, entry] : entries_) {
+    if (key.size() > tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0 &&
+        PlainName(key) == name) {
+      keys.push_back(key);
+    }
+  }
+  if (keys.size() == 1) return keys.front();
+  if (keys.size() > 1) {
+    // Triton's words (FindModelIdentifier); a client cannot name a namespace.
+    return absl::InvalidArgumentError(StrCat(
+        "There are ", keys.size(), " identifiers of model '", name,
+        "' in global map, model namespace must be provided to resolve ambiguity."));
+  }
+  return std::string(name);
+}
+
+std::string ModelLifecycle::PlainName(const std::string& key) const {
+  if (!options_.namespacing) return key;
+  for (const auto& source : sources_) {
+    const std::string prefix = StrCat(source->url(), "::");
+    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0) {
+      return key.substr(prefix.size());
+    }
+  }
+  return key;
+}
+
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_view name,
                                                                     int64_t version,
                                                                     bool count_use) const {
-  RETURN_IF_ERROR(ValidateModelName(name));
   inferd::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    // Checked only on a miss: a namespaced copy's key ("<repository>::<name>") is no folder
+    // name, and only the store's ensembles dispatch to it.
+    RETURN_IF_ERROR(ValidateModelName(name));
+    ASSIGN_OR_RETURN(std::string key, ResolveLocked(name));
+    it = entries_.find(key);
+  }
   if (it == entries_.end()) {
     return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
   }
@@ -1461,7 +1624,9 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
     std::string_view name) const {
   std::vector<std::shared_ptr<const Model>> out;
   inferd::ReaderMutexLock lock(&mu_);
-  auto it = entries_.find(name);
+  auto key = ResolveLocked(name);
+  if (!key.ok()) return out;
+  auto it = entries_.find(*key);
   if (it == entries_.end()) return out;
   for (const auto& [v, slot] : it->second.versions) {
     if (slot.state == ModelState::kReady) out.push_back(slot.model);
@@ -1483,7 +1648,9 @@ bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int 
   if (depth >= 16) return false;
   for (const auto& step : cfg.ensemble_scheduling().step()) {
     const int64_t v = step.model_version() > 0 ? step.model_version() : -1;
-    if (!IsReadyAtDepth(step.model_name(), v, depth + 1)) return false;
+    if (!IsReadyAtDepth(NamespacedName(step.model_namespace(), step.model_name()), v, depth + 1)) {
+      return false;
+    }
   }
   return true;
 }
@@ -1498,7 +1665,7 @@ std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
       bool serving = false;
       for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
       if (!serving) {
-        out.push_back({name, "", "UNAVAILABLE", entry.reason});
+        out.push_back({PlainName(name), "", "UNAVAILABLE", entry.reason});
         continue;
       }
     }
@@ -1508,12 +1675,14 @@ std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
       if (entry.failed && slot.state == ModelState::kReady) {
         reason = StrCat("reload failed, the previous load keeps serving: ", entry.reason);
       }
-      out.push_back({name, inferd::StrCat(v), std::string(ModelStateName(slot.state)), reason});
+      // A namespaced copy is listed under its own name, as Triton's index does.
+      out.push_back({PlainName(name), inferd::StrCat(v), std::string(ModelStateName(slot.state)),
+                     reason});
     }
   }
   if (scan) {
     for (const auto& [name, listed] : scan->models) {
-      if (!entries_.count(name)) out.push_back({name, "", "", ""});
+      if (!entries_.count(name)) out.push_back({PlainName(name), "", "", ""});
     }
     for (const auto& [name, reason] : scan->duplicates) {
       if (!entries_.count(name)) out.push_back({name, "", "UNAVAILABLE", reason});
@@ -1552,7 +1721,9 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const
 
 int64_t ModelLifecycle::FootprintBytes(std::string_view name, int64_t version) const {
   inferd::ReaderMutexLock lock(&mu_);
-  auto it = entries_.find(name);
+  auto key = ResolveLocked(name);
+  if (!key.ok()) return 0;
+  auto it = entries_.find(*key);
   if (it == entries_.end()) return 0;
   auto v = it->second.versions.find(version);
   return v == it->second.versions.end() ? 0 : v->second.footprint;
@@ -1572,6 +1743,7 @@ void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
     std::string name;
     int64_t version;
     int64_t bytes;
+    std::string ns;  // --model-namespacing: the model's repository
   };
   std::vector<Row> rows;
   int64_t resident = 0;
@@ -1584,7 +1756,7 @@ void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
       for (const auto& [v, slot] : e.versions) {
         if (!slot.model) continue;
         any = true;
-        rows.push_back({name, v, slot.footprint});
+        rows.push_back({PlainName(name), v, slot.footprint, slot.model->model_namespace()});
         resident += slot.footprint;
       }
       loaded += any;
@@ -1596,8 +1768,9 @@ void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
            "Measured memory footprint of a loaded model version (RSS growth over its load, at "
            "least its size on disk)", "gauge");
   for (const auto& r : rows) {
-    w.Sample("inferd_model_memory_bytes", {{"model", r.name}, {"version", StrCat(r.version)}},
-             static_cast<double>(r.bytes));
+    metrics::Labels labels{{"model", r.name}, {"version", StrCat(r.version)}};
+    if (!r.ns.empty()) labels.insert(labels.begin(), {"namespace", r.ns});  // as Triton's
+    w.Sample("inferd_model_memory_bytes", labels, static_cast<double>(r.bytes));
   }
   auto one = [&w](const char* name, const char* help, const char* type, double value) {
     w.Family(name, help, type);

@@ -87,6 +87,10 @@ struct LifecycleOptions {
   bool footprint_from_disk = false;
   std::string eviction_policy = "cost";  // "cost" (recency, frequency, size, reload time) | "lru"
   std::string model_config_name;  // --model-config-name (config::ModelConfigPath)
+  // --model-namespacing: a name held by several repositories is one model per repository
+  // (keyed "<repository>::<name>" inside the store), each ensemble's steps resolve in its own
+  // repository first, and a request by such a name is refused as ambiguous (Triton's rules).
+  bool namespacing = false;
 };
 
 // The store-wide counters behind the inferd_model_* metrics.
@@ -232,6 +236,8 @@ class ModelLifecycle {
     SourceModel model;
   };
   struct Scan {
+    // Keyed by name, or by "<repository>::<name>" for a name several repositories hold under
+    // --model-namespacing (Listed::model.name stays the repository's own name).
     std::map<std::string, Listed> models;
     std::map<std::string, std::string> duplicates;  // name -> reason
     std::vector<std::string> errors;                // repositories that could not be listed
@@ -246,6 +252,7 @@ class ModelLifecycle {
     std::string source_fingerprint;              // the listing's fingerprint (poll mode)
     std::vector<std::string> parts;              // receives the siblings loaded
     bool explicit_load = true;                   // false for a model loaded as an ensemble's step
+    std::string ns;  // the repository the model comes from (--model-namespacing: its namespace)
   };
   struct Located {
     Source* source = nullptr;
@@ -278,7 +285,15 @@ class ModelLifecycle {
       const std::string& name, const std::string& dir,
       const std::optional<config::ModelConfig>& override_config);
   void SetFailed(const std::string& name, const std::string& dir, const absl::Status& status);
-  absl::Status PrepareEnsemble(const config::ModelConfig& config, LoadContext& ctx);
+  // Loads the models an ensemble runs; under --model-namespacing sets each step's
+  // model_namespace to the repository whose copy it runs (its own repository's first).
+  absl::Status PrepareEnsemble(config::ModelConfig& config, LoadContext& ctx);
+  // --model-namespacing: the store key a name resolves to (itself when it is a key; the one
+  // namespaced copy; INVALID_ARGUMENT, as Triton, when several repositories hold it).
+  absl::StatusOr<std::string> ResolveLocked(std::string_view name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The model's own name of a store key ("<repository>::m" -> "m").
+  std::string PlainName(const std::string& key) const;
   bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
   // Get, which counts a use (for the eviction policy and the hit metric) only with count_use.
   absl::StatusOr<std::shared_ptr<const Model>> Lookup(std::string_view name, int64_t version,

@@ -37,6 +37,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.footprint_from_disk = options_.footprint_from_disk;
   lo.eviction_policy = options_.eviction_policy;
   lo.model_config_name = options_.model_config_name;
+  lo.namespacing = options_.model_namespacing;
   // Ensemble steps take the same path as a client's request: validation, then the model.
   lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
   lo.load.is_model_ready = [this](const std::string& name, int64_t version) {
@@ -324,7 +325,13 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
   };
   std::vector<Row> rows;
   for (const auto& m : lifecycle_->AllReadyModels()) {
-    rows.push_back({{{"model", m->config().name()}, {"version", StrCat(m->version())}},
+    metrics::Labels labels{{"model", m->config().name()}, {"version", StrCat(m->version())}};
+    // --model-namespacing: Triton's "namespace" label (the model's repository) tells apart
+    // same-named models.
+    if (!m->model_namespace().empty()) {
+      labels.insert(labels.begin(), {"namespace", m->model_namespace()});
+    }
+    rows.push_back({std::move(labels),
                     m->stats().Snapshot(), m->Queued(), m->InFlight(), m->load_seconds(),
                     m->stats().Latencies()});
   }

@@ -35,6 +35,7 @@ enum class ControlMode { kNone, kExplicit, kPoll, kOnDemand };
 
 struct ServerOptions {
   std::string id = "inferd";  // --id: the server metadata's "name", as tritonserver's --id
+  bool model_namespacing = false;  // --model-namespacing (repository::LifecycleOptions)
   std::vector<std::string> repositories;
   ControlMode control_mode = ControlMode::kNone;
   int poll_secs = 15;

@@ -89,7 +89,8 @@ IMPLEMENTED_FLAGS = [
     ("log-verbose", "0"), ("log-info", "true"), ("log-warning", "true"), ("log-error", "true"),
     ("log-format", "default"), ("log-file", "<log>"), ("exit-timeout-secs", "30"),
     ("backend-directory", "<bin>"), ("backend-config", "onnxruntime,default-max-batch-size=4"),
-    ("cache-config", "local,size=1048576"), ("id", "triton"), ("model-namespacing", "false"),
+    ("cache-config", "local,size=1048576"), ("id", "triton"),
+    ("model-namespacing", "true"),  # both values: test_model_namespacing.py
     # The trace extension (test_trace_logging.py): --trace-config and tritonserver's deprecated
     # spellings of the same settings.
     ("trace-config", "level=TIMESTAMPS"), ("trace-file", "<log>.trace"),

@@ -2,7 +2,7 @@
 "file:<version>/<path>" (a model folder sent in the load request: base64 over HTTP,
 bytes_param over gRPC; it overrides the repository's copy, and a later load without files goes
 back to it), "unload_dependents" (an ensemble's unload takes the models loaded only for it),
-and the flags --id and --model-namespacing."""
+and the flag --id (--model-namespacing: test_model_namespacing.py)."""
 
 import base64
 import json
@@ -296,10 +296,3 @@ def test_id_names_the_server_in_metadata(make_repo, server_factory, pb):
     s = stubs.GRPCInferenceServiceStub(channel)
     assert s.ServerMetadata(m.ServerMetadataRequest()).name == "edge-7"
     channel.close()
-
-
-def test_model_namespacing_true_is_refused_naming_the_flag(make_repo, server_factory):
-    srv = server_factory(make_repo({"simple": "simple"}), ["--model-namespacing=true"],
-                         wait_live=False)
-    assert srv.proc.wait(timeout=30) == 2
-    assert "--model-namespacing=true" in srv.log()
