@@ -452,3 +452,65 @@ def test_on_demand_wait_ends_when_the_client_leaves(server_factory, tmp_path):
     s = stats(srv, "lazy")
     assert s["inference_count"] == 1 and s["inference_stats"]["fail"]["count"] == 0, s
     assert failures(srv, "lazy").get("CANCELED", 0) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# LibTorch: a forward() stops between operators when every request of its batch is cancelled
+
+def slow_torch_model(root, n_matmul=1500000):
+    import torch
+
+    class Loop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n = n_matmul
+            self.register_buffer("w", torch.roll(torch.eye(4), 1, 1))  # a permutation
+
+        def forward(self, x):
+            y = x
+            for _ in range(self.n):
+                y = torch.matmul(y, self.w)
+            return y
+
+    d = root / "slow_torch"
+    (d / "1").mkdir(parents=True)
+    torch.jit.script(Loop()).save(str(d / "1" / "model.pt"))
+    (d / "config.pbtxt").write_text(
+        'name: "slow_torch"\nplatform: "pytorch_libtorch"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4, 4 ] } ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4, 4 ] } ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+    return root, np.roll(np.eye(4, dtype=np.float32), 1, axis=1), n_matmul
+
+
+def test_libtorch_forward_stops_when_its_client_leaves(server_factory, tmp_path):
+    pytest.importorskip("torch")
+    root, w, n = slow_torch_model(tmp_path)
+    srv = server_factory([root])
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    body = json.dumps({"inputs": [{"name": "INPUT__0", "shape": [4, 4], "datatype": "FP32",
+                                   "data": x.reshape(-1).tolist()}]}).encode()
+    r = post_infer(srv, "slow_torch", body)  # TorchScript's profiling runs come first
+    if r.status_code != 200 and "backend" in r.text and "pytorch" in r.text:
+        pytest.skip(f"no LibTorch backend in this build: {r.text}")
+    assert r.status_code == 200, r.text
+    assert post_infer(srv, "slow_torch", body).status_code == 200
+    t0 = time.monotonic()
+    r = post_infer(srv, "slow_torch", body)
+    full = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    expected = x @ np.linalg.matrix_power(w, n)
+    np.testing.assert_array_equal(np.array(r.json()["outputs"][0]["data"]).reshape(4, 4), expected)
+    if full < 0.8:
+        pytest.skip(f"the matmul loop ran in {full:.2f}s, too fast to cancel in the middle")
+    raw_request_then_close(srv, "slow_torch", hold=full * 0.25, body=body)
+    t1 = time.monotonic()
+    r = post_infer(srv, "slow_torch", body)
+    waited = time.monotonic() - t1
+    assert r.status_code == 200, r.text
+    # Without the stop the follow-up waits for the rest of the abandoned run (~0.75 of a run)
+    # plus its own run.
+    assert waited < full * 1.45, f"follow-up waited {waited:.2f}s, one run takes {full:.2f}s"
+    s = stats(srv, "slow_torch")
+    assert s["inference_count"] == 4 and s["execution_count"] == 4, s
+    assert failures(srv, "slow_torch")["CANCELED"] == 1

@@ -1,13 +1,19 @@
 #include "backends/libtorch/libtorch_backend.h"
 
+#include <torch/library.h>
 #include <torch/script.h>
 #include <torch/version.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +22,71 @@
 
 namespace inferd::backends {
 namespace {
+
+// ---- Stopping a running forward() between operators (ModelInstance::CancelExecution) ----
+//
+// LibTorch has no terminate flag like ONNX Runtime's RunOptions, and an exception thrown by a
+// RecordFunction callback is caught and logged by LibTorch (tryRunCallback), so a callback
+// cannot stop a run by itself. Two pieces do: a thread-local RecordFunction callback, run
+// before each operator on the instance's thread, that once the run is cancelled puts a
+// dispatch key in the thread's included set; and a fallback kernel for that key, which every
+// later operator on the thread then reaches first, and which throws. The key is
+// TESTING_ONLY_GenericMode, which no kernel of LibTorch's uses (it exists for tests of the
+// dispatcher). While nothing is cancelled the cost is the callback: one thread-local load per
+// operator (bench/cancellation.sh measures it).
+constexpr c10::DispatchKey kStopKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+thread_local const std::atomic<bool>* t_stop = nullptr;  // the running Execute's flag
+
+std::unique_ptr<at::ObserverContext> StopCheck(const at::RecordFunction&) {
+  const std::atomic<bool>* stop = t_stop;
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+    c10::impl::tls_set_dispatch_key_included(kStopKey, true);
+  }
+  return nullptr;
+}
+
+void StopFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
+  throw std::runtime_error("the run was cancelled (every request of the batch was) before " +
+                           op.schema().name());
+}
+
+TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&StopFallback>());
+}
+
+// INFERD_PYTORCH_STOP_CHECK=0 leaves the callback out (runs are then not stoppable): for
+// bench/cancellation.sh, which measures what the callback costs.
+bool StopCheckEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("INFERD_PYTORCH_STOP_CHECK");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// Scoped to one forward() on the calling thread: `stop` becomes what StopCheck watches.
+class StopScope {
+ public:
+  explicit StopScope(const std::atomic<bool>* stop) {
+    if (!StopCheckEnabled()) return;
+    thread_local bool registered = false;
+    if (!registered) {
+      // Once per thread, for the thread's life: without a run it only loads t_stop (null).
+      at::addThreadLocalCallback(at::RecordFunctionCallback(&StopCheck)
+                                     .needsInputs(false)
+                                     .needsOutputs(false)
+                                     .needsIds(false));
+      registered = true;
+    }
+    t_stop = stop;
+  }
+  ~StopScope() {
+    t_stop = nullptr;
+    c10::impl::tls_set_dispatch_key_included(kStopKey, false);
+  }
+  StopScope(const StopScope&) = delete;
+  StopScope& operator=(const StopScope&) = delete;
+};
 
 std::optional<c10::ScalarType> ToTorch(DataType t) {
   switch (t) {
@@ -190,6 +261,13 @@ class TorchInstance : public ModelInstance {
 
   int ThreadCount() const override { return settings_.intra_op_threads; }
 
+  // Takes effect only while an Execute runs (a call between runs changes nothing): the run
+  // throws at its next operator, and Execute answers with that error.
+  void CancelExecution() override {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (running_) stop_.store(true, std::memory_order_relaxed);
+  }
+
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     absl::Status status;
@@ -201,6 +279,19 @@ class TorchInstance : public ModelInstance {
       }
       torch::jit::GraphOptimizerEnabledGuard optimize(settings_.optimized_execution);
       ApplyJitSwitches(settings_);
+      {
+        std::lock_guard<std::mutex> lock(stop_mu_);
+        running_ = true;
+        stop_.store(false, std::memory_order_relaxed);
+      }
+      struct Done {
+        TorchInstance* self;
+        ~Done() {
+          std::lock_guard<std::mutex> lock(self->stop_mu_);
+          self->running_ = false;
+          self->stop_.store(false, std::memory_order_relaxed);
+        }
+      } done{this};
       status = Run(requests, responses, times);
     } catch (const c10::Error& e) {
       status = absl::InternalError(StrCat("pytorch: forward() of model '", config_->name(),
@@ -271,6 +362,7 @@ class TorchInstance : public ModelInstance {
       // INFERENCE_MODE supersedes no-grad; with it off, forward() still records no gradients.
       c10::InferenceMode inference(settings_.inference_mode);
       torch::NoGradGuard no_grad;
+      StopScope stop(&stop_);
       result = module_->module.forward(args);
     }
     times->output_start_ns = core::NowNs();
@@ -371,6 +463,9 @@ class TorchInstance : public ModelInstance {
   InputPlan inputs_;
   OutputPlan outputs_;
   const TorchSettings settings_;
+  std::mutex stop_mu_;
+  bool running_ = false;         // an Execute is on (stop_mu_)
+  std::atomic<bool> stop_{false};  // CancelExecution during this run
 };
 
 // The `parameters` keys CreateInstance reads (ENABLE_CACHE_CLEANING and DISABLE_CUDNN to say
