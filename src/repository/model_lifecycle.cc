@@ -642,6 +642,19 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
           source_fingerprint = it->second.model.fingerprint;
           if (options_.namespacing) part_ns = it->second.source->url();
           part_origin = Origin{it->second.source, it->second.model.name, ""};
+        } else if (options_.namespacing && it == scan->models.end()) {
+          // Not in the ensemble's repository and held by several others: no one model (Triton:
+          // "contains models that are not available or ambiguous").
+          size_t copies = 0;
+          for (const auto& source : sources_) {
+            copies += scan->models.count(NamespacedName(source->url(), step.model_name));
+          }
+          if (copies > 1) {
+            return absl::InvalidArgumentError(StrCat(
+                where, ": the model is ambiguous: There are ", copies, " identifiers of model '",
+                step.model_name,
+                "' in global map, model namespace must be provided to resolve ambiguity."));
+          }
         }
       }
       if (!dir.empty()) {
@@ -1229,6 +1242,25 @@ void ModelLifecycle::Poll() {
       auto it = entries_.find(name);
       if (it == entries_.end() || it->second.source_fingerprint != listed.model.fingerprint) {
         changed[name] = listed;
+      }
+    }
+    if (options_.namespacing) {
+      // A name that a second repository gained or lost changes key ("m" <->
+      // "<repository>::m"): the ensembles that run it resolve their steps again.
+      std::set<std::string> rekeyed;
+      for (const auto& name : removed) rekeyed.insert(PlainName(name));
+      for (const auto& [name, listed] : changed) {
+        if (!entries_.count(name)) rekeyed.insert(listed.model.name);
+      }
+      for (const auto& [name, entry] : entries_) {
+        auto listed = scan.models.find(name);
+        if (rekeyed.empty() || changed.count(name) || listed == scan.models.end()) continue;
+        for (const auto& step : StepModelsLocked(entry)) {
+          if (rekeyed.count(PlainName(step))) {
+            changed[name] = listed->second;
+            break;
+          }
+        }
       }
     }
   }

@@ -149,6 +149,24 @@ def test_each_ensemble_runs_its_own_repositorys_m(repos, server_factory, pb):
     assert srv.stop() == 0
 
 
+def test_an_ensemble_outside_both_namespaces_finds_m_ambiguous(repos, tmp_path, server_factory):
+    # repo_c holds only an ensemble that runs m: neither copy is in its own repository.
+    root = tmp_path / "repo_c"
+    (root / "ens_c" / "1").mkdir(parents=True)
+    (root / "ens_c" / "config.pbtxt").write_text(ensemble_config("ens_c"))
+    srv = server_factory(repos + [root], ["--model-namespacing=true",
+                                          "--model-control-mode=explicit"])
+    r = srv.post("/v2/repository/models/ens_c/load", json={})
+    assert r.status_code == 400, r.text
+    assert "ensemble 'ens_c' step 0 (model 'm')" in r.json()["error"], r.text
+    assert AMBIGUOUS in r.json()["error"], r.text
+    # With one copy loaded the others' ensembles still run their own.
+    r = srv.post("/v2/repository/models/ens_a/load", json={})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(ensemble_output(srv, "ens_a"), run_direct(MODELS["a"], X), rtol=1e-6)
+    assert srv.stop() == 0
+
+
 def test_explicit_loads_resolve_in_the_namespace(repos, server_factory):
     srv = server_factory(repos, ["--model-namespacing=true", "--model-control-mode=explicit"])
     r = srv.post("/v2/repository/models/ens_b/load", json={})
@@ -194,3 +212,26 @@ def test_without_namespacing_the_shared_name_is_unavailable(repos, server_factor
     assert run(srv, "ens_a", "X").status_code != 200
     assert srv.get("/v2/models/ens_b/ready").status_code != 200
     srv.stop()
+
+
+def test_poll_a_second_copy_appearing_rebinds_the_ensembles(repos, server_factory):
+    # repo_b starts without its m: both ensembles run repo_a's, the only one.
+    repo_a, repo_b = repos
+    moved = repo_b.parent / "m_of_b"
+    (repo_b / "m").rename(moved)
+    srv = server_factory(repos, ["--model-namespacing=true", "--model-control-mode=poll",
+                                 "--repository-poll-secs=1"])
+    want_a, want_b = run_direct(MODELS["a"], X), run_direct(MODELS["b"], X)
+    np.testing.assert_allclose(ensemble_output(srv, "ens_b"), want_a, rtol=1e-6)
+    assert run(srv, "m", "INPUT0").status_code == 200
+    # repo_b gains its m: the poller loads it, and ens_b now runs its own repository's copy
+    # while ens_a keeps repo_a's; the name alone is ambiguous.
+    moved.rename(repo_b / "m")
+
+    def rebound():
+        r = run(srv, "ens_b", "X")
+        return r.status_code == 200 and np.allclose(parse_response(r)[1]["Y"], want_b)
+    srv.wait_until(rebound, 20, "ens_b to run repo_b's m")
+    np.testing.assert_allclose(ensemble_output(srv, "ens_a"), want_a, rtol=1e-6)
+    assert run(srv, "m", "INPUT0").json()["error"] == AMBIGUOUS
+    assert srv.stop() == 0
