@@ -1047,6 +1047,7 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   LoadContext ctx;
   ctx.residency = Residency::kEvictable;
   ctx.origin = Origin{found->source, wanted, ""};
+  if (options_.namespacing && found->source != nullptr) ctx.ns = found->source->url();
   if (wanted != name || IsArchiveName(wanted)) return LoadFromRoot(name, found->dir, ctx);
   return LoadOne(name, found->dir, std::nullopt, ctx);
 }

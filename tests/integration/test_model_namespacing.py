@@ -167,6 +167,15 @@ def test_an_ensemble_outside_both_namespaces_finds_m_ambiguous(repos, tmp_path, 
     assert srv.stop() == 0
 
 
+def test_on_demand_loads_resolve_in_the_namespace(repos, server_factory):
+    srv = server_factory(repos, ["--model-namespacing=true", "--model-control-mode=on-demand"])
+    assert run(srv, "m", "INPUT0").json()["error"] == AMBIGUOUS
+    np.testing.assert_allclose(ensemble_output(srv, "ens_b"), run_direct(MODELS["b"], X), rtol=1e-6)
+    np.testing.assert_allclose(ensemble_output(srv, "ens_a"), run_direct(MODELS["a"], X), rtol=1e-6)
+    assert run(srv, "m", "INPUT0").json()["error"] == AMBIGUOUS
+    assert srv.stop() == 0
+
+
 def test_explicit_loads_resolve_in_the_namespace(repos, server_factory):
     srv = server_factory(repos, ["--model-namespacing=true", "--model-control-mode=explicit"])
     r = srv.post("/v2/repository/models/ens_b/load", json={})
