@@ -33,9 +33,10 @@ namespace {
 // later operator on the thread then reaches first, and which throws. The key is
 // TESTING_ONLY_GenericMode, which no kernel of LibTorch's uses (it exists for tests of the
 // dispatcher). While nothing is cancelled the cost is the callback: one thread-local load per
-// operator (bench/cancellation.sh measures it).
+// sampled operator (bench/cancellation.sh measures it).
 constexpr c10::DispatchKey kStopKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 thread_local const std::atomic<bool>* t_stop = nullptr;  // the running Execute's flag
+constexpr double kStopCheckEvery = 100;  // operators, on average
 
 std::unique_ptr<at::ObserverContext> StopCheck(const at::RecordFunction&) {
   const std::atomic<bool>* stop = t_stop;
@@ -72,10 +73,15 @@ class StopScope {
     thread_local bool registered = false;
     if (!registered) {
       // Once per thread, for the thread's life: without a run it only loads t_stop (null).
+      // Sampled: LibTorch runs it before about one operator in kStopCheckEvery (a thread-local
+      // countdown decides; the operators in between take the dispatcher's fast path), so a
+      // cancelled run goes on for ~kStopCheckEvery more operators, and a run of tiny
+      // operators pays ~1/kStopCheckEvery of the callback's cost (bench/cancellation.sh).
       at::addThreadLocalCallback(at::RecordFunctionCallback(&StopCheck)
                                      .needsInputs(false)
                                      .needsOutputs(false)
-                                     .needsIds(false));
+                                     .needsIds(false)
+                                     .samplingProb(1.0 / kStopCheckEvery));
       registered = true;
     }
     t_stop = stop;
