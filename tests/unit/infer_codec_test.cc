@@ -291,6 +291,51 @@ TEST(InferCodecJsonNumbersTest, StrictGrammarAndExactValues) {
   }
 }
 
+// FP32 outputs are written with nine significant digits (WriteFp32): every float reads back as
+// itself, across the whole range (subnormals, the largest float, each power of ten and its
+// neighbours), and simple values stay short.
+TEST(InferCodecJsonNumbersTest, Fp32OutputsReadBackExactly) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 0.1f, 1e10f, 123456789.0f,
+                               1e-5f, 9.99999e-6f, 3.4028235e38f, -3.4028235e38f,
+                               1.17549435e-38f, 1.4e-45f, -1.4e-45f};
+  for (int k = -45; k <= 38; ++k) {
+    const float p10 = static_cast<float>(std::pow(10.0, k));
+    for (float f = p10, i = 0; i < 4; ++i) {
+      values.push_back(f);
+      values.push_back(-f);
+      f = std::nextafter(f, 0.0f);
+    }
+    values.push_back(std::nextafter(p10, 1e39f));
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isfinite(f)) values.push_back(f);
+  }
+  core::InferResponse response;
+  response.model_name = "m";
+  auto& out = response.outputs.emplace_back();
+  out.name = "y";
+  out.datatype = DataType::kFp32;
+  out.shape = {static_cast<int64_t>(values.size())};
+  out.data = std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  HttpResponse http = SerializeInferResponse(response, OutputEncoding{});
+  const size_t open = http.body.find("\"data\":[");
+  ASSERT_NE(open, std::string::npos);
+  EXPECT_EQ(http.body.substr(open, 48), "\"data\":[0.0,-0.0,1.0,-1.0,0.5,0.100000001,1e+10,");
+  const char* p = http.body.c_str() + open + 8;
+  for (size_t i = 0; i < values.size(); ++i) {
+    char* end = nullptr;
+    const float back = std::strtof(p, &end);
+    ASSERT_EQ(std::memcmp(&back, &values[i], 4), 0)
+        << i << ": " << values[i] << " written as " << std::string(p, end - p);
+    ASSERT_TRUE(*end == ',' || *end == ']') << i;
+    p = end + 1;
+  }
+}
+
 // Large flat arrays are parsed in slices on several threads and large outputs written so: the
 // result is the same as the serial parse element for element, errors are the serial parser's,
 // and nested or too-long data still takes the serial path.
