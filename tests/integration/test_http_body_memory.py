@@ -13,6 +13,18 @@ BODY_MB = 160
 CHUNKED_MB = 64
 
 
+def status_line(s):
+    """The answer's status line; closes the socket."""
+    data = b""
+    while b"\r\n" not in data:
+        part = s.recv(4096)
+        if not part:
+            break
+        data += part
+    s.close()
+    return data.split(b"\r\n", 1)[0].decode()
+
+
 def vm_hwm_kb(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmHWM:"):
@@ -34,14 +46,7 @@ def send_body(port, size):
         n = min(len(zeros), left)
         s.sendall(zeros[:n])
         left -= n
-    data = b""
-    while b"\r\n" not in data:
-        part = s.recv(4096)
-        if not part:
-            break
-        data += part
-    s.close()
-    return data.split(b"\r\n", 1)[0].decode()
+    return status_line(s)
 
 
 def test_large_body_costs_about_one_copy(server_factory, tmp_path):
@@ -78,14 +83,7 @@ def send_chunked(port, size, chunk=256 << 10):
         left -= n
         i += 1
     s.sendall(b"0\r\nX-Trailer: 1\r\n\r\n")
-    data = b""
-    while b"\r\n" not in data:
-        part = s.recv(4096)
-        if not part:
-            break
-        data += part
-    s.close()
-    return data.split(b"\r\n", 1)[0].decode()
+    return status_line(s)
 
 
 def test_large_chunked_body_costs_about_one_copy(server_factory, tmp_path):

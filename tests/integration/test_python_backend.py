@@ -724,15 +724,16 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" da
         req = m.ModelInferRequest(model_name="py_params")
         req.inputs.add(name="X", datatype="INT32", shape=[1])
         req.raw_input_contents.append(np.array([0], dtype=np.int32).tobytes())
-        req.parameters["user"].string_param = 'a "quoted" name'
+        req.parameters["user"].string_param = 'a "quoted"\tname\n'
         req.parameters["top_k"].int64_param = 7
         req.parameters["stream"].bool_param = True
-        req.parameters["temperature"].double_param = 0.25
+        req.parameters["temperature"].double_param = 0.123456789012345
         req.parameters["priority"].uint64_param = 1
         resp = services.GRPCInferenceServiceStub(channel).ModelInfer(req, timeout=30)
     raw = resp.raw_output_contents[[o.name for o in resp.outputs].index("PARAMS")]
-    assert _json.loads(raw[4:].decode()) == {"user": 'a "quoted" name', "top_k": 7,
-                                             "stream": True, "temperature": 0.25}
+    # Doubles keep every digit (a %g-style writer gave 0.123457).
+    assert _json.loads(raw[4:].decode()) == {"user": 'a "quoted"\tname\n', "top_k": 7,
+                                             "stream": True, "temperature": 0.123456789012345}
 
 
 CANCEL_PY = '''

@@ -636,12 +636,27 @@ class PythonInstance : public ModelInstance {
       }
       response = std::move(call->response);
     }
+    return SendBlsResult(stub, response.get(), nullptr);
+  }
+
+  // The "bls_result" reply for one response (null: an empty one, the bare final flag of a
+  // decoupled call); `final` set for a decoupled call's responses.
+  absl::Status SendBlsResult(StubProcess* stub, const core::InferResponse* response,
+                             const bool* final) {
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();
     Key(w, "op");
     Str(w, "bls_result");
-    if (!response->status.ok()) {
+    if (final != nullptr) {
+      Key(w, "final");
+      w.Bool(*final);
+    }
+    if (response == nullptr) {
+      Key(w, "outputs");
+      w.StartArray();
+      w.EndArray();
+    } else if (!response->status.ok()) {
       Key(w, "error");
       Str(w, std::string(response->status.message()));
       Key(w, "code");
@@ -680,30 +695,7 @@ class PythonInstance : public ModelInstance {
       *final = call->stream.front().second;
       call->stream.pop_front();
     }
-    rapidjson::StringBuffer buf;
-    JsonWriter w(buf);
-    w.StartObject();
-    Key(w, "op");
-    Str(w, "bls_result");
-    Key(w, "final");
-    w.Bool(*final);
-    if (response == nullptr) {
-      Key(w, "outputs");
-      w.StartArray();
-      w.EndArray();
-    } else if (!response->status.ok()) {
-      Key(w, "error");
-      Str(w, std::string(response->status.message()));
-      Key(w, "code");
-      w.Int(TritonCodeFromStatus(response->status));
-    } else {
-      std::vector<const core::OutputTensor*> outs;
-      for (const auto& o : response->outputs) outs.push_back(&o);
-      Key(w, "outputs");
-      if (auto st = WriteTensors(stub, outs, w); !st.ok()) return st;
-    }
-    w.EndObject();
-    return stub->Send({buf.GetString(), buf.GetSize()});
+    return SendBlsResult(stub, response.get(), final);
   }
 
   absl::Status SendBlsError(StubProcess* stub, const absl::Status& error) {

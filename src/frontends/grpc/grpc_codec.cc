@@ -6,33 +6,11 @@
 #include <limits>
 
 #include "common/strings.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 
 namespace inferd::grpcfe {
 namespace {
-
-// `s` as a JSON string literal.
-std::string JsonQuote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
 
 template <typename T>
 void Append(std::string* out, T v) {
@@ -155,6 +133,13 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
   if (!version.ok()) return version.status();
   req->model_version = *version;
   req->id = message.id();
+  // Parameters the server does not read itself, as a JSON object (NaN/Infinity as Python's json
+  // reads them).
+  rapidjson::StringBuffer params;
+  rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>,
+                    rapidjson::CrtAllocator, rapidjson::kWriteNanAndInfFlag>
+      params_writer(params);
+  bool any_params = false;
   for (const auto& [key, p] : message.parameters()) {
     if (key == "priority") {
       if (p.has_int64_param() && p.int64_param() >= 0) req->priority = p.int64_param();
@@ -184,25 +169,31 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
     } else if (key != "binary_data_output") {
       // The rest travel with the request as JSON (Triton's Python backend:
       // request.parameters()).
-      std::string value;
-      if (p.has_bool_param()) {
-        value = p.bool_param() ? "true" : "false";
-      } else if (p.has_int64_param()) {
-        value = StrCat(p.int64_param());
-      } else if (p.has_uint64_param()) {
-        value = StrCat(p.uint64_param());
-      } else if (p.has_double_param()) {
-        value = StrCat(p.double_param());
-      } else if (p.has_string_param()) {
-        value = JsonQuote(p.string_param());
-      } else {
+      if (!p.has_bool_param() && !p.has_int64_param() && !p.has_uint64_param() &&
+          !p.has_double_param() && !p.has_string_param()) {
         continue;
       }
-      req->parameters += req->parameters.empty() ? "{" : ",";
-      req->parameters += JsonQuote(key) + ":" + value;
+      if (!any_params) params_writer.StartObject();
+      any_params = true;
+      params_writer.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+      if (p.has_bool_param()) {
+        params_writer.Bool(p.bool_param());
+      } else if (p.has_int64_param()) {
+        params_writer.Int64(p.int64_param());
+      } else if (p.has_uint64_param()) {
+        params_writer.Uint64(p.uint64_param());
+      } else if (p.has_double_param()) {
+        params_writer.Double(p.double_param());
+      } else {
+        params_writer.String(p.string_param().data(),
+                             static_cast<rapidjson::SizeType>(p.string_param().size()));
+      }
     }
   }
-  if (!req->parameters.empty()) req->parameters += "}";
+  if (any_params) {
+    params_writer.EndObject();
+    req->parameters.assign(params.GetString(), params.GetSize());
+  }
   const bool raw = message.raw_input_contents_size() > 0;
   // Inputs in shared memory have no raw entry: the raw entries are the other inputs, in order.
   int expected_raw = 0;
