@@ -61,14 +61,18 @@ void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics
   }
 }
 
-// The client's deadline of a call, on core::NowNs's clock (0: none).
+// The client's deadline of a call, on core::NowNs's clock (0: none), taken 1 ms early: gRPC
+// cancels the call on its own timer and clock when the deadline passes, and the schedulers count
+// a cancelled request as a timeout only when their clock is past the deadline; read on two
+// clocks, that race was sometimes lost (a deadline counted CANCELED).
+constexpr int64_t kDeadlineLeadNs = 1'000'000;
 uint64_t DeadlineNs(const CallbackServerContext* ctx) {
   const auto deadline = ctx->deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return 0;
   const auto left = deadline - std::chrono::system_clock::now();
   const int64_t left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
   if (left_ns > int64_t{365} * 24 * 3600 * 1'000'000'000) return 0;  // "infinite" in practice
-  return core::NowNs() + static_cast<uint64_t>(std::max<int64_t>(left_ns, 1));
+  return core::NowNs() + static_cast<uint64_t>(std::max<int64_t>(left_ns - kDeadlineLeadNs, 1));
 }
 
 // A unary ModelInfer: the call's cancellation (the client cancelling, its connection going, its
