@@ -423,5 +423,79 @@ TEST(InferCodecJsonNumbersTest, LargeArraysInSlices) {
   EXPECT_THAT(std::string(rows.status().message()), HasSubstr("nested 2 levels deep"));
 }
 
+
+// The shape tensors arrive in ("-d.ddd", the way numpy and tritonclient print floats) takes a
+// word-at-a-time path; every integer and fraction length it takes or leaves, leading zeros and
+// both signs, read exactly as strtod reads them, in a large array (the parallel slices) and with
+// numbers right at the start and the end of the document; near-misses are still refused.
+TEST(InferCodecJsonNumbersTest, PlainDecimalsExactAtEveryLength) {
+  std::mt19937_64 rng(11);
+  std::vector<std::string> texts;
+  for (int rep = 0; rep < 4000; ++rep) {
+    for (int int_len = 1; int_len <= 9; ++int_len) {
+      for (int frac_len = 1; frac_len <= 21; frac_len += 1 + static_cast<int>(rng() % 3)) {
+        std::string t = rng() % 2 ? "-" : "";
+        t += static_cast<char>(int_len == 1 ? '0' + rng() % 10 : '1' + rng() % 9);
+        for (int j = 1; j < int_len; ++j) t += static_cast<char>('0' + rng() % 10);
+        t += '.';
+        const int zeros = rng() % 4 == 0 ? static_cast<int>(rng() % frac_len) : 0;
+        for (int j = 0; j < frac_len; ++j) {
+          t += static_cast<char>(j < zeros ? '0' : '0' + rng() % 10);
+        }
+        texts.push_back(std::move(t));
+      }
+    }
+  }
+  texts.push_back("0.0");
+  texts.push_back("-0.0");
+  texts.push_back("9.9999999999999999999");  // 20 digits: the general path
+  std::string data = "[";
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i) data += ",";
+    data += texts[i];
+  }
+  data += "]";
+  for (const char* dt : {"FP64", "FP32"}) {
+    auto r = ParseInferRequest(
+        inferd::StrCat(R"({"inputs":[{"name":"x","shape":[)", texts.size(), R"(],"datatype":")",
+                       dt, R"(","data":)", data, "}]}"),
+        std::nullopt, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string_view got = r->request->inputs[0].data;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const double want = std::strtod(texts[i].c_str(), nullptr);
+      if (std::string(dt) == "FP64") {
+        double g;
+        std::memcpy(&g, got.data() + i * 8, 8);
+        ASSERT_EQ(std::memcmp(&g, &want, 8), 0) << texts[i] << " read as " << g;
+      } else {
+        float g;
+        const float w = static_cast<float>(want);
+        std::memcpy(&g, got.data() + i * 4, 4);
+        ASSERT_EQ(std::memcmp(&g, &w, 4), 0) << texts[i] << " read as " << g;
+      }
+    }
+  }
+  // A short document: the numbers sit within 16 bytes of its start and 48 of its end.
+  auto small = ParseInferRequest(R"({"inputs":[{"data":[-1.25,0.5],"name":"x","shape":[2],)"
+                                 R"("datatype":"FP64"}]})", std::nullopt, nullptr);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(As<double>(small->request->inputs[0].data)[0], -1.25);
+  EXPECT_EQ(As<double>(small->request->inputs[0].data)[1], 0.5);
+  // Near-misses, far into a large array: refused with the general path's verdict.
+  for (const char* bad : {"1.5.3", "1..5", "00.5", "-01.5", "1.5e", "1.5-", "1.-5", "--1.5",
+                          "1.5x", "1.", "0.5.", "12345678.5.5"}) {
+    std::string with_bad = data;
+    with_bad.insert(with_bad.find(',', with_bad.size() / 3) + 1, std::string(bad) + ",");
+    auto r = ParseInferRequest(
+        inferd::StrCat(R"({"inputs":[{"name":"x","shape":[)", texts.size() + 1,
+                       R"(],"datatype":"FP32","data":)", with_bad, "}]}"),
+        std::nullopt, nullptr);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("malformed JSON")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace inferd::http

@@ -1,5 +1,6 @@
 #include "frontends/http/infer_codec.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -114,10 +115,17 @@ absl::Status ParseJsonExact(std::string_view json, rapidjson::Document& doc) {
 // ParseJsonTensorData parses it into the tensor once the datatype and shape are known. Anything
 // unusual (escaped keys, a 'data' holding strings or objects, malformed text) falls back to
 // ParseJsonExact of the whole body, which gives the same document and the usual errors.
+// An input's 'data' array as the scanner found it: its text ('[' to ']'), and whether it holds
+// no nested array.
+struct JsonDataSpan {
+  std::string_view text;
+  bool flat = false;
+};
+
 class InferJsonScanner {
  public:
   InferJsonScanner(std::string_view json, rapidjson::Document& doc,
-                   std::vector<std::string_view>* data_spans)
+                   std::vector<JsonDataSpan>* data_spans)
       : json_(json), doc_(doc), spans_(data_spans) {}
 
   // False: take the fallback.
@@ -224,9 +232,10 @@ class InferJsonScanner {
           if (!Key(&key)) return false;
           if (key == "data" && Peek() == '[') {
             const size_t start = pos_;
-            if (!SkipNumberArray()) return false;
+            bool flat = false;
+            if (!SkipNumberArray(&flat)) return false;
             if (spans_->size() <= index) spans_->resize(index + 1);
-            (*spans_)[index] = json_.substr(start, pos_ - start);
+            (*spans_)[index] = {json_.substr(start, pos_ - start), flat};
             rapidjson::Value placeholder(rapidjson::kArrayType);
             AddMember(obj, key, placeholder);
           } else {
@@ -253,20 +262,36 @@ class InferJsonScanner {
     }
   }
   // Past the array at pos_ when it holds only numbers, literals and arrays (no strings or
-  // objects: those take the fallback). The numbers themselves are checked when parsed.
-  bool SkipNumberArray() {
+  // objects: those take the fallback); *flat when it holds no array. The numbers themselves are
+  // checked when parsed.
+  bool SkipNumberArray(bool* flat) {
     int depth = 0;
+    int max_depth = 0;
     const char* p = json_.data() + pos_;
     const char* const end = json_.data() + json_.size();
     while (p < end) {
 #if defined(__SSE2__)
-      // 16 bytes at a time while none of them is a bracket, quote or brace.
+      // 64 bytes at a time while none is a bracket, brace or quote: OR 0x20 maps '[' and ']' onto
+      // '{' and '}' (and a control character onto '"', which ends the fast scan too), so three
+      // compares a block find all five.
+      const __m128i lower = _mm_set1_epi8(0x20);
+      const __m128i brace_open = _mm_set1_epi8('{');
+      const __m128i brace_close = _mm_set1_epi8('}');
+      const __m128i quote = _mm_set1_epi8('"');
+      auto hits = [&](const char* q) {
+        const __m128i v =
+            _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), lower);
+        return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, brace_open), _mm_cmpeq_epi8(v, brace_close)),
+                            _mm_cmpeq_epi8(v, quote));
+      };
+      while (end - p >= 64) {
+        const __m128i any = _mm_or_si128(_mm_or_si128(hits(p), hits(p + 16)),
+                                         _mm_or_si128(hits(p + 32), hits(p + 48)));
+        if (_mm_movemask_epi8(any) != 0) break;
+        p += 64;
+      }
       while (end - p >= 16) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-        const __m128i hit = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('[')), _mm_cmpeq_epi8(v, _mm_set1_epi8(']'))),
-            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('{'))));
-        const int mask = _mm_movemask_epi8(hit);
+        const int mask = _mm_movemask_epi8(hits(p));
         if (mask != 0) {
           p += __builtin_ctz(static_cast<unsigned>(mask));
           break;
@@ -277,10 +302,11 @@ class InferJsonScanner {
 #endif
       const char c = *p++;
       if (c == '[') {
-        ++depth;
+        max_depth = std::max(max_depth, ++depth);
       } else if (c == ']') {
         if (--depth == 0) {
           pos_ = p - json_.data();
+          *flat = max_depth == 1;
           return true;
         }
       } else if (c == '"' || c == '{' || c == '}') {
@@ -292,13 +318,13 @@ class InferJsonScanner {
 
   std::string_view json_;
   rapidjson::Document& doc_;
-  std::vector<std::string_view>* spans_;
+  std::vector<JsonDataSpan>* spans_;
   size_t pos_ = 0;
 };
 
 // Parses an infer request's JSON: the fast scanner, else the whole document by rapidjson.
 absl::Status ParseInferJson(std::string_view json, rapidjson::Document& doc,
-                            std::vector<std::string_view>* data_spans) {
+                            std::vector<JsonDataSpan>* data_spans) {
   InferJsonScanner scanner(json, doc, data_spans);
   if (scanner.Scan()) return absl::OkStatus();
   data_spans->clear();
@@ -593,7 +619,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     binary = body.substr(*header_length);
   }
   rapidjson::Document doc;
-  std::vector<std::string_view> data_spans;  // by input index: 'data' left for the fast parser
+  std::vector<JsonDataSpan> data_spans;  // by input index: 'data' left for the fast parser
   if (auto st = ParseInferJson(json, doc, &data_spans); !st.ok()) return st;
   if (!doc.IsObject()) return absl::InvalidArgumentError("the request body must be a JSON object");
 
@@ -732,19 +758,20 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
       int64_t got = 0;
       const size_t input_index = static_cast<size_t>(&in - inputs->value.Begin());
       absl::Status st;
-      if (input_index < data_spans.size() && !data_spans[input_index].empty() &&
+      if (input_index < data_spans.size() && !data_spans[input_index].text.empty() &&
           tensor.datatype != DataType::kBytes) {
         // Straight from the text into the tensor (json_tensor.h).
-        size_t pos = static_cast<size_t>(data_spans[input_index].data() - json.data());
+        const JsonDataSpan& span = data_spans[input_index];
+        size_t pos = static_cast<size_t>(span.text.data() - json.data());
         const size_t max_bytes = elem && static_cast<uint64_t>(*count) <= json.size()
                                      ? static_cast<size_t>(*count) * elem : 0;
         st = ParseJsonTensorData(json, &pos, tensor.datatype, tensor.shape, tensor.name,
-                                 max_bytes, &buf, &got);
+                                 max_bytes, &buf, &got, span.flat ? pos + span.text.size() : 0);
       } else {
-        if (input_index < data_spans.size() && !data_spans[input_index].empty()) {
+        if (input_index < data_spans.size() && !data_spans[input_index].text.empty()) {
           // BYTES (or anything the scanner left): the DOM of just this array.
           rapidjson::Document data_doc;
-          if (auto pst = ParseJsonExact(data_spans[input_index], data_doc); !pst.ok()) return pst;
+          if (auto pst = ParseJsonExact(data_spans[input_index].text, data_doc); !pst.ok()) return pst;
           int scalar_depth = -1;
           st = Flatten(data_doc, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth, &buf, &got);
         } else {

@@ -1,16 +1,27 @@
 #include "frontends/http/json_tensor.h"
 
+#include <algorithm>
+#include <atomic>
+#include <bit>
 #include <charconv>
+#include <condition_variable>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
 #include <type_traits>
 
 #include <fast_float/fast_float.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
@@ -30,20 +41,89 @@ size_t ThreadsFor(size_t bytes) {
   return std::min({hw, kMaxThreads, bytes / (kParallelMinBytes / 2)});
 }
 
-// Runs fn(0..n-1), fn(0) on this thread and the rest on threads of their own (on this thread
-// too when no thread can be started).
+// Threads that help parse and write large tensors, started once (std::thread per request took
+// up to a millisecond to get going on a busy 2-core host: longer than the slice it was to run).
+// Run(n, fn) runs fn(0..n-1): the caller runs slice 0, then every slice no helper has claimed
+// yet, so a request never waits for a helper to wake up; it returns when all have run.
+class SliceHelpers {
+ public:
+  static SliceHelpers& Get() {
+    static SliceHelpers* helpers = new SliceHelpers();  // never destroyed: its threads live on
+    return *helpers;
+  }
+
+  template <typename Fn>
+  void Run(size_t n, Fn& fn) {
+    Batch batch;
+    batch.n = n;
+    batch.fn = [&fn](size_t i) { fn(i); };
+    const size_t tickets = std::min(n - 1, threads_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t t = 0; t < tickets; ++t) queue_.push_back(&batch);
+    }
+    if (tickets == 1) {
+      work_cv_.notify_one();
+    } else if (tickets > 1) {
+      work_cv_.notify_all();
+    }
+    fn(0);
+    for (size_t i; (i = batch.next.fetch_add(1)) < n;) fn(i);
+    std::unique_lock<std::mutex> lock(mu_);
+    std::erase(queue_, &batch);  // tickets no helper took: nothing left for them to do
+    done_cv_.wait(lock, [&] { return batch.active == 0; });
+  }
+
+ private:
+  struct Batch {
+    std::function<void(size_t)> fn;
+    size_t n = 0;
+    std::atomic<size_t> next{1};
+    size_t active = 0;  // helpers inside fn (guarded by mu_)
+  };
+
+  SliceHelpers() {
+    const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
+    threads_ = std::min(hw, kMaxThreads) - 1;
+    for (size_t t = 0; t < threads_; ++t) {
+      try {
+        std::thread([this] { Loop(); }).detach();
+      } catch (const std::system_error&) {
+        threads_ = t;  // the callers run every slice themselves
+        break;
+      }
+    }
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return !queue_.empty(); });
+      Batch* batch = queue_.front();
+      queue_.pop_front();
+      ++batch->active;
+      lock.unlock();
+      for (size_t i; (i = batch->next.fetch_add(1)) < batch->n;) batch->fn(i);
+      lock.lock();
+      if (--batch->active == 0) done_cv_.notify_all();
+    }
+  }
+
+  size_t threads_ = 0;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Batch*> queue_;
+};
+
+// Runs fn(0..n-1), on this thread and the slice helpers.
 template <typename Fn>
 void RunSlices(size_t n, Fn&& fn) {
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  size_t i = 1;
-  try {
-    for (; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
-  } catch (const std::system_error&) {
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
   }
-  for (size_t j = i; j < n; ++j) fn(j);
-  fn(0);
-  for (auto& t : threads) t.join();
+  SliceHelpers::Get().Run(n, fn);
 }
 
 absl::Status Invalid(std::string_view input, std::string_view what) {
@@ -219,6 +299,127 @@ const char* FastJsonDouble(const char* p, const char* end, double* out) {
   *out = d;
   return p;
 }
+
+// The bytes of the 8 at q that are not ASCII digits, as their high bits (0: all digits). Only the
+// lowest flag is exact (a borrow or carry can flag a digit after a non-digit), which is all the
+// callers read.
+inline uint64_t NonDigitFlags(const char* q) {
+  uint64_t x;
+  std::memcpy(&x, q, 8);
+  return ((x + 0x4646464646464646ULL) | (x - 0x3030303030303030ULL)) & 0x8080808080808080ULL;
+}
+
+// Index of the first non-digit among the 8 bytes at q, from its flags (8 when there is none).
+inline int FirstNonDigit(uint64_t flags) {
+  return flags ? std::countr_zero(flags) >> 3 : 8;
+}
+
+// The value of the k (0..8) ASCII digits at q, read as one 8-byte word: the digits are moved to
+// the top of the word, behind 8-k zero digits, and combined as EightDigits does.
+inline uint64_t DigitsValue(const char* q, int k) {
+  uint64_t x;
+  std::memcpy(&x, q, 8);
+  x -= 0x3030303030303030ULL;  // a borrow from a byte past the digits runs upward, out of reach
+  const int shift = 8 * (8 - k);
+  x = (x << (shift >> 1)) << (shift - (shift >> 1));  // k = 0 shifts by 64: zero, not UB
+  x = x * 10 + (x >> 8);
+  return (((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+          (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+}
+
+constexpr uint64_t kPow10U64[] = {1ULL,
+                                  10ULL,
+                                  100ULL,
+                                  1000ULL,
+                                  10000ULL,
+                                  100000ULL,
+                                  1000000ULL,
+                                  10000000ULL,
+                                  100000000ULL,
+                                  1000000000ULL,
+                                  10000000000ULL,
+                                  100000000000ULL,
+                                  1000000000000ULL,
+                                  10000000000000ULL,
+                                  100000000000000ULL,
+                                  1000000000000000ULL,
+                                  10000000000000000ULL,
+                                  100000000000000000ULL,
+                                  1000000000000000000ULL,
+                                  10000000000000000000ULL};
+
+#if defined(__SSE2__)
+// 16 zero bytes, then 16 of 0xFF: 16 bytes from kTailMask + k keep the last k lanes.
+alignas(16) constexpr unsigned char kTailMask[32] = {
+    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
+    0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+
+// The value of the k (0..16) ASCII digits that end at e, with SSE2: the 16 bytes before e are
+// read, those before the digits zeroed, and the digits combined in pairs, fours and eights by
+// multiply-adds (no loop, no branch). Reads e-16 .. e-1.
+inline uint64_t TailDigitsValue(const char* e, int k) {
+  __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(e - 16));
+  x = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+  x = _mm_and_si128(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kTailMask + k)));
+  // 16-bit lanes: low byte (the earlier, more significant digit) * 10 + high byte
+  const __m128i pairs = _mm_add_epi16(
+      _mm_mullo_epi16(_mm_and_si128(x, _mm_set1_epi16(0x00FF)), _mm_set1_epi16(10)),
+      _mm_srli_epi16(x, 8));
+  const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00010064));  // [100, 1]
+  const __m128i packed = _mm_packs_epi32(fours, fours);
+  const __m128i eights = _mm_madd_epi16(packed, _mm_set1_epi32(0x00012710));  // [10000, 1]
+  const uint64_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(eights));
+  const uint64_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_srli_si128(eights, 4)));
+  return hi * 100000000ULL + lo;
+}
+
+// Bit j set when byte j of the 32 at q is an ASCII digit.
+inline uint32_t DigitMask32(const char* q) {
+  const __m128i zero = _mm_set1_epi8('0');
+  const __m128i nine = _mm_set1_epi8(9);
+  const __m128i lo = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), zero);
+  const __m128i hi = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)), zero);
+  const uint32_t mlo =
+      static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(lo, nine), nine)));
+  const uint32_t mhi =
+      static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(hi, nine), nine)));
+  return mlo | (mhi << 16);
+}
+
+// The number shape tensors are sent in, "-d.ddd" with at most 7 integer digits, no exponent and
+// at most 19 significant digits, with no branch on its length: the digit runs come from one
+// 32-byte mask and the fraction is converted by TailDigitsValue, so numbers of varying length
+// cost no branch mispredictions (the loop over digits did, about one in two numbers). Reads 16
+// bytes before p and 48 from it. Null when p holds anything else (every malformed number
+// included): FastJsonDouble then takes it, with its usual verdict.
+[[gnu::always_inline]] inline const char* WideJsonDouble(const char* p, double* out) {
+  const bool negative = *p == '-';
+  p += negative;
+  const uint32_t mask = DigitMask32(p);
+  const int i = std::countr_one(mask);
+  if (i == 0 || i > 7 || p[i] != '.' || (*p == '0' && i > 1)) return nullptr;
+  const int f = std::countr_one(mask >> (i + 1));  // the '.' is a zero bit: this stops inside
+  if (f == 0 || i + f > 19) return nullptr;
+  const char* const frac = p + i + 1;
+  const char* const e = frac + f;
+  const int head = f > 16 ? f - 16 : 0;  // fraction digits before the last 16
+  const uint64_t int_value = i == 1 ? static_cast<uint64_t>(*p - '0') : DigitsValue(p, i);
+  const uint64_t m = int_value * kPow10U64[f] + DigitsValue(frac, head) * kPow10U64[16] +
+                     TailDigitsValue(e, f - head);
+  p = e;
+  if ((*p | 0x20) == 'e') return nullptr;
+  const int exponent = f;
+  // Eisel-Lemire for every number: Clinger's division is cheaper, but choosing between them
+  // (mantissa above 2^53 or not, about one number in two) was a branch mispredicted as often.
+  const fast_float::adjusted_mantissa am =
+      fast_float::compute_float<fast_float::binary_format<double>>(-exponent, m);
+  if (am.power2 < 0) return nullptr;
+  double d;
+  fast_float::to_float(false, am, d);
+  *out = negative ? -d : d;
+  return p;
+}
+#endif  // __SSE2__
 
 // A JSON number (strict grammar) for a floating type at json[*pos], in one pass by fast_float
 // (exact: Eisel-Lemire with a big-number fallback), then the few things fast_float accepts and
@@ -521,13 +722,25 @@ bool IsJsonSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t
 // ParseFlatSlice for FP32 and FP64: one tight loop, each number converted by FastJsonDouble
 // (bounded by the slice, which ends at a comma or the closing bracket) and stored as T.
 template <typename T>
-bool ParseFlatFloatSlice(const char* p, const char* to, char* dst, size_t capacity, size_t* n) {
+bool ParseFlatFloatSlice(const char* p, const char* to, const char* json_begin,
+                         const char* json_end, char* dst, size_t capacity, size_t* n) {
   size_t i = *n;
+#if defined(__SSE2__)
+  // WideJsonDouble reads 16 bytes before a number and 48 from it.
+  const char* const wide_from = json_begin + std::min<ptrdiff_t>(json_end - json_begin, 16);
+  const char* const wide_to = json_end - std::min<ptrdiff_t>(json_end - json_begin, 48);
+#endif
   for (;;) {
     while (p < to && IsJsonSpace(*p)) ++p;
     if (p >= to || i >= capacity) break;
     double d;
-    const char* q = FastJsonDouble(p, to, &d);
+    const char* q = nullptr;
+#if defined(__SSE2__)
+    if (p >= wide_from && p < wide_to) q = WideJsonDouble(p, &d);
+    if (q == nullptr || q > to) q = FastJsonDouble(p, to, &d);
+#else
+    q = FastJsonDouble(p, to, &d);
+#endif
     if (q == nullptr) break;
     const T v = static_cast<T>(d);
     std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
@@ -548,10 +761,12 @@ bool ParseFlatFloatSlice(const char* p, const char* to, char* dst, size_t capaci
 bool ParseFlatSlice(std::string_view json, size_t from, size_t to, DataType type,
                     std::string_view name, char* dst, size_t capacity, size_t* n) {
   if (type == DataType::kFp32) {
-    return ParseFlatFloatSlice<float>(json.data() + from, json.data() + to, dst, capacity, n);
+    return ParseFlatFloatSlice<float>(json.data() + from, json.data() + to, json.data(),
+                                      json.data() + json.size(), dst, capacity, n);
   }
   if (type == DataType::kFp64) {
-    return ParseFlatFloatSlice<double>(json.data() + from, json.data() + to, dst, capacity, n);
+    return ParseFlatFloatSlice<double>(json.data() + from, json.data() + to, json.data(),
+                                       json.data() + json.size(), dst, capacity, n);
   }
   const size_t elem = DataTypeSize(type);
   size_t pos = from;
@@ -568,19 +783,33 @@ bool ParseFlatSlice(std::string_view json, size_t from, size_t to, DataType type
 }
 
 // A large flat array at json[*pos] ('['), parsed in slices split at commas, one per thread,
-// into dst (room for `capacity` elements). False (nothing consumed) when the array is small,
-// nested, malformed or too long: the serial parser takes it.
+// into dst (room for `capacity` elements); flat_end as ParseJsonTensorData's. False (nothing
+// consumed) when the array is small, nested, malformed or too long: the serial parser takes it.
 bool ParseFlatParallel(std::string_view json, size_t* pos, DataType type, std::string_view name,
-                       char* dst, size_t capacity, int64_t* count) {
+                       char* dst, size_t capacity, int64_t* count, size_t flat_end) {
   const char* b = json.data();
   const size_t open = *pos + 1;
-  const void* close_p = std::memchr(b + open, ']', json.size() - open);
-  if (close_p == nullptr) return false;
-  const size_t close = static_cast<const char*>(close_p) - b;
+  size_t close;
+  if (flat_end > open && flat_end <= json.size() && b[flat_end - 1] == ']') {
+    close = flat_end - 1;  // the caller's scan found it, and no nested array
+  } else {
+    const void* close_p = std::memchr(b + open, ']', json.size() - open);
+    if (close_p == nullptr) return false;
+    close = static_cast<const char*>(close_p) - b;
+    if (close - open >= kParallelMinBytes && std::memchr(b + open, '[', close - open) != nullptr) {
+      return false;
+    }
+  }
   const size_t len = close - open;
   const size_t threads = ThreadsFor(len);
-  if (len < kParallelMinBytes || threads < 2 || std::memchr(b + open, '[', len) != nullptr) {
-    return false;
+  if (len < kParallelMinBytes || threads < 2) {
+    // Small, or one CPU: one slice on this thread, when the caller's scan vouched for flatness.
+    if (close + 1 != flat_end) return false;
+    size_t n = 0;
+    if (!ParseFlatSlice(json, open, close, type, name, dst, capacity, &n)) return false;
+    *count = static_cast<int64_t>(n);
+    *pos = close + 1;
+    return true;
   }
   std::vector<size_t> starts{open};
   for (size_t i = 1; i < threads; ++i) {
@@ -627,7 +856,7 @@ bool ParseFlatParallel(std::string_view json, size_t* pos, DataType type, std::s
 
 absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType type,
                                  const Shape& shape, std::string_view name, size_t max_bytes,
-                                 std::string* out, int64_t* count) {
+                                 std::string* out, int64_t* count, size_t flat_end) {
   const size_t elem = DataTypeSize(type);
   if (elem == 0) return Invalid(name, "unsupported datatype");
   const size_t base = out->size();
@@ -651,7 +880,7 @@ absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType ty
     if (st.ok()) ++*count;
     return finish(st);
   }
-  if (ParseFlatParallel(json, pos, type, name, dst, capacity, count)) {
+  if (ParseFlatParallel(json, pos, type, name, dst, capacity, count, flat_end)) {
     return finish(absl::OkStatus());
   }
   int64_t lengths[kMaxDepth + 2];

@@ -1,8 +1,10 @@
 // JSON tensor `data` at binary-like speed: a tensor's numbers are parsed straight from the
 // request text into the tensor buffer (no DOM, one pass; floating types by fast_float, exact),
 // and written with std::to_chars into one buffer. A large flat array (512 KiB of text and up)
-// is parsed in slices split at commas, and a large output written in slices, one thread each
-// (up to 4, and no more than the CPUs): the conversions dominate a c=1 round trip there.
+// is parsed in slices split at commas, and a large output written in slices, on the calling
+// thread and helper threads started once (up to 4 in all, and no more than the CPUs): the
+// conversions dominate a c=1 round trip there. Numbers shaped as floats are printed
+// ("-d.ddd", up to 19 digits) are scanned a word at a time with no branch on their length.
 // Strict JSON number grammar; NaN / Infinity / -Infinity accepted for floating types, as the
 // DOM path accepts them. BYTES tensors take the DOM path (strings need unescaping).
 #pragma once
@@ -21,10 +23,11 @@ namespace inferd::http {
 // the value. `data` may be flat, or nested exactly as deep as `shape` with every row as long as
 // its dimension; anything else is INVALID_ARGUMENT naming `name`. *count: elements seen (also
 // past the shape's count, so the caller can say how many came). Nothing is appended past
-// `max_bytes` (the elements are still counted).
+// `max_bytes` (the elements are still counted). `flat_end`, when the caller knows it (a scan
+// already passed over the array): the array is flat and json[flat_end - 1] is its ']'.
 absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType type,
                                  const Shape& shape, std::string_view name, size_t max_bytes,
-                                 std::string* out, int64_t* count);
+                                 std::string* out, int64_t* count, size_t flat_end = 0);
 
 // Appends `data` (`type` elements, not BYTES) as a flat JSON array.
 void AppendJsonTensorData(std::string_view data, DataType type, std::string* out);
