@@ -248,31 +248,29 @@ absl::StatusOr<size_t> StubProcess::ReadSome(char* out, size_t cap, uint64_t dea
 
 absl::StatusOr<std::string> StubProcess::Receive(uint64_t deadline_ns) {
   // Messages may arrive together (a model's log lines, then its answer): whatever one read
-  // returns past the current message stays in in_ for the next call.
+  // returns past the current message stays in in_ for the next call. in_ only grows (resizing
+  // a string by the read size per message zero-filled 64 KiB each time).
   for (;;) {
-    const size_t avail = in_.size() - in_pos_;
+    const size_t avail = in_len_ - in_pos_;
     if (avail >= 4) {
       const auto* h = reinterpret_cast<const unsigned char*>(in_.data() + in_pos_);
       const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
       if (avail >= 4 + uint64_t{n}) {
         std::string body(in_.data() + in_pos_ + 4, n);
         in_pos_ += 4 + n;
-        if (in_pos_ == in_.size()) {
-          in_.clear();
-          in_pos_ = 0;
-        }
+        if (in_pos_ == in_len_) in_pos_ = in_len_ = 0;
         return body;
       }
     }
     if (in_pos_ > 0) {
-      in_.erase(0, in_pos_);
+      std::memmove(in_.data(), in_.data() + in_pos_, avail);
+      in_len_ = avail;
       in_pos_ = 0;
     }
-    const size_t have = in_.size();
-    in_.resize(have + kReadChunk);
-    auto k = ReadSome(in_.data() + have, kReadChunk, deadline_ns);
-    in_.resize(have + (k.ok() ? *k : 0));
+    if (in_.size() - in_len_ < kReadChunk) in_.resize(std::max(in_.size() * 2, in_len_ + kReadChunk));
+    auto k = ReadSome(in_.data() + in_len_, in_.size() - in_len_, deadline_ns);
     if (!k.ok()) return k.status();
+    in_len_ += *k;
   }
 }
 

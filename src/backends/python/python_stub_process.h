@@ -71,7 +71,8 @@ class StubProcess {
   uint64_t growth_ = 1 << 20;
   std::string label_;
   uint64_t spin_ns_ = 0;
-  std::string in_;     // bytes read but not yet returned by Receive, from in_pos_
+  std::vector<char> in_;  // bytes read, [in_pos_, in_len_) not yet returned by Receive
+  size_t in_len_ = 0;
   size_t in_pos_ = 0;
 };
 

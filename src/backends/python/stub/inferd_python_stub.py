@@ -158,6 +158,8 @@ class Channel:
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
         self.lock = threading.RLock()
+        self._buf = bytearray(262144)
+        self._view = memoryview(self._buf)
 
     def send(self, obj):
         self.send_raw(json.dumps(obj, separators=(",", ":")).encode())
@@ -166,10 +168,13 @@ class Channel:
         self.sock.sendall(_LEN.pack(len(data)) + data)
 
     def _read(self):
-        data = self.sock.recv(262144)
-        if not data:
+        # Into a buffer kept for the process: socket.recv(262144) allocates (and frees) a
+        # 256 KiB object per call, an mmap, mremap and munmap each time (17 us against 3 us
+        # per message here).
+        n = self.sock.recv_into(self._buf)
+        if not n:
             raise EOFError("inferd closed the connection")
-        return data
+        return self._view[:n].tobytes()
 
     def recv_raw(self):
         """The next message's bytes (one recv call when the message came whole)."""
