@@ -290,6 +290,7 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     req->id = ctx->request->id;
     req->priority = ctx->request->priority;
     req->timeout_us = ctx->request->timeout_us;
+    req->parameters = ctx->request->parameters;  // as Triton: every step sees the request's
     req->deadline_ns = ctx->deadline_ns;
     req->times.received_ns = core::NowNs();
     if (ctx->request->cancel) {

@@ -699,9 +699,17 @@ backend: "python"
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """, PARAMS_PY)
+    (tmp_path / "ens_params" / "1").mkdir(parents=True)
+    (tmp_path / "ens_params" / "config.pbtxt").write_text("""name: "ens_params"
+platform: "ensemble"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "py_params" model_version: -1
+  input_map { key: "X" value: "X" } output_map { key: "PARAMS" value: "PARAMS" } } ] }
+""")
     srv = server_factory(tmp_path)
-    srv.wait_until(lambda: model_ready(srv, "py_params") and model_ready(srv, "py_params_inner"),
-                   30, "ready")
+    srv.wait_until(lambda: model_ready(srv, "py_params") and model_ready(srv, "py_params_inner")
+                   and model_ready(srv, "ens_params"), 30, "ready")
     x0 = make_input("X", np.array([0], dtype=np.int32), "INT32")
     # Triton's python backend: a JSON object of the request's own parameters; the ones the
     # server reads itself (priority, timeout, sequence_*, binary_data_output) are not in it.
@@ -714,6 +722,10 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "BLS" da
                    parameters={"outer": 1}))
     assert _json.loads(out["PARAMS"][0]) == {"outer": 1}
     assert _json.loads(out["BLS"][0]) == {"from_bls": "yes", "depth": 2}
+    # Through an ensemble: each step sees the ensemble request's parameters (Triton's ensemble
+    # scheduler sets them on every step's request).
+    out = ok(infer(srv, "ens_params", [x0], parameters=dict(sent, priority=1)))
+    assert _json.loads(out["PARAMS"][0]) == sent
     # gRPC: the typed parameters map, as JSON values.
     from conftest import NO_GRPC
     if NO_GRPC or not srv.grpc_port:
