@@ -90,3 +90,57 @@ def test_cgroup_quota_of_one_cpu(simple_repo, tmp_path):
     assert "CPU budget: 1 CPU(s)" in log and "a cgroup CPU quota of 1" in log, log
     assert "(1 event loops)" in log, log
     assert "intra_op_thread_count=1 " in log, log
+
+
+def json_slice_threads(prefix, tmp_path, tag):
+    """Starts inferd under `prefix` with an identity model, sends one large JSON request
+    (~1 MB of numbers: parsed and written in slices where more than one CPU is usable), checks
+    the answer, and returns how many JSON slice helper threads the process has."""
+    import numpy as np
+    import requests
+    repo = tmp_path / f"repo_{tag}"
+    (repo / "ident" / "1").mkdir(parents=True)
+    (repo / "ident" / "config.pbtxt").write_text(
+        'backend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+    port = free_port()
+    with open(tmp_path / f"{tag}.log", "wb") as log:
+        proc = subprocess.Popen([*prefix, str(INFERD_BIN), f"--model-repository={repo}",
+                                 f"--http-port={port}", "--http-address=127.0.0.1",
+                                 "--allow-grpc=false", "--allow-metrics=false"],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                if requests.get(f"{url}/v2/models/ident/ready", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        x = np.random.default_rng(1).standard_normal(100_000).astype(np.float32)
+        body = {"inputs": [{"name": "X", "shape": [x.size], "datatype": "FP32",
+                            "data": [float(v) for v in x]}]}
+        r = requests.post(f"{url}/v2/models/ident/infer", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        y = np.array(r.json()["outputs"][0]["data"], dtype=np.float32)
+        assert np.array_equal(y, x)
+        return sum(1 for t in Path(f"/proc/{proc.pid}/task").iterdir()
+                   if (t / "comm").read_text().strip() == "json-slices")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@NEEDS_TWO
+def test_json_codec_threads_follow_the_budget(tmp_path):
+    # One CPU in the mask: the large array is parsed and written on the request's own thread,
+    # no helper is started; with the machine's CPUs, helpers take slices (up to 4 slices).
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed")
+    assert json_slice_threads(["taskset", "-c", "0"], tmp_path, "one") == 0
+    n = len(os.sched_getaffinity(0))
+    assert json_slice_threads([], tmp_path, "all") == min(n, 4) - 1

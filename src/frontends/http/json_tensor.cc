@@ -1,5 +1,7 @@
 #include "frontends/http/json_tensor.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -23,6 +25,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "common/cpu_budget.h"
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
 
@@ -36,9 +39,15 @@ constexpr int kMaxDepth = 64;
 constexpr size_t kParallelMinBytes = 512 * 1024;
 constexpr size_t kMaxThreads = 4;
 
+// The CPUs this process may use (cgroup quota, cpuset, affinity: common/cpu_budget.h), not the
+// host's: under a quota of one CPU a second slice would only wait for the first.
+size_t UsableCpus() {
+  static const size_t cpus = static_cast<size_t>(std::max(1, DetectCpuBudget().cpus));
+  return cpus;
+}
+
 size_t ThreadsFor(size_t bytes) {
-  const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
-  return std::min({hw, kMaxThreads, bytes / (kParallelMinBytes / 2)});
+  return std::min({UsableCpus(), kMaxThreads, bytes / (kParallelMinBytes / 2)});
 }
 
 // Threads that help parse and write large tensors, started once (std::thread per request took
@@ -83,11 +92,13 @@ class SliceHelpers {
   };
 
   SliceHelpers() {
-    const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
-    threads_ = std::min(hw, kMaxThreads) - 1;
+    threads_ = std::min(UsableCpus(), kMaxThreads) - 1;
     for (size_t t = 0; t < threads_; ++t) {
       try {
-        std::thread([this] { Loop(); }).detach();
+        std::thread([this] {
+          pthread_setname_np(pthread_self(), "json-slices");
+          Loop();
+        }).detach();
       } catch (const std::system_error&) {
         threads_ = t;  // the callers run every slice themselves
         break;
