@@ -39,6 +39,7 @@ _OFF_SIZE = struct.Struct("<QQ")
 _OK = struct.Struct("<BH")
 _ERR = struct.Struct("<BBI")
 _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
+_DESC = {}  # (name length, dims) -> the Struct of one output's descriptor
 _NUMPY_OF_CODE = [None] + [np.dtype(pb._NUMPY_OF_NAME[n]) if n in pb._NUMPY_OF_NAME else None
                            for n in pb._TYPE_NAMES[1:]]
 
@@ -87,8 +88,7 @@ class SharedRegion:
         npt = _NUMPY_OF_CODE[code]
         if size == 0:
             return np.empty(shape, dtype=npt)
-        return np.frombuffer(self.mm, dtype=npt, count=size // npt.itemsize,
-                             offset=off).reshape(shape).copy()
+        return np.ndarray(shape, npt, self.mm, off).copy()
 
     def write(self, tensors):
         """Writes `tensors` from offset 0; returns their JSON descriptors."""
@@ -110,7 +110,7 @@ class SharedRegion:
         mm = self.mm
         for _, _, _, payload, o, n in items:
             if n:
-                mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
+                mm[o:o + n] = payload  # a C-contiguous array is its own bytes
         return items
 
 
@@ -544,11 +544,12 @@ class Stub:
                     payload, code, shape = _payload(t)
                     n = payload.nbytes
                     b = t._name.encode()
-                    append(_U16.pack(len(b)))
-                    append(b)
-                    append(_TYPE_DIMS.pack(code, len(shape)))
-                    append(_DIMS[len(shape)].pack(*shape))
-                    append(_OFF_SIZE.pack(off, n))
+                    # name length, name, type, dims, shape, offset, size: one pack
+                    key = (len(b), len(shape))
+                    desc = _DESC.get(key)
+                    if desc is None:
+                        desc = _DESC[key] = struct.Struct("<H%dsBB%dqQQ" % key)
+                    append(desc.pack(len(b), b, code, len(shape), *shape, off, n))
                     if n:
                         copies.append((off, n, payload))
                     off = (off + n + _ALIGN - 1) // _ALIGN * _ALIGN
@@ -557,7 +558,7 @@ class Stub:
                 shm.reserve(off)
             mm = shm.mm
             for o, n, payload in copies:
-                mm[o:o + n] = memoryview(payload.reshape(-1)).cast("B")
+                mm[o:o + n] = payload
         except Exception as e:
             return {"op": "done", "error": _error_message(e)}
         return b"".join(parts)
