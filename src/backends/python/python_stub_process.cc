@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -70,6 +71,27 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
     close(child_sock);
     return st;
   }
+  // The message slots and their doorbells. The process blocks on its doorbell; inferd's is
+  // non-blocking (it polls it with the socket, which tells it when the process is gone).
+  p->doorbell_out_ = eventfd(0, EFD_CLOEXEC);
+  p->doorbell_in_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  for (Slot* slot : {&p->slot_out_, &p->slot_in_}) {
+    const int fd = memfd_create("inferd-python-messages", MFD_CLOEXEC);
+    if (fd >= 0) slot->fd = HighFd(fd);
+  }
+  if (p->doorbell_out_ < 0 || p->doorbell_in_ < 0 || p->slot_out_.fd < 0 || p->slot_in_.fd < 0) {
+    close(child_sock);
+    return Errno(inferd::StrCat("creating the message channel of ", spec.label));
+  }
+  p->doorbell_out_ = HighFd(p->doorbell_out_);
+  p->doorbell_in_ = HighFd(p->doorbell_in_);
+  for (Slot* slot : {&p->slot_out_, &p->slot_in_}) {
+    absl::Status st = ftruncate(slot->fd, kSlotBytes) == 0 ? MapSlot(slot) : Errno("sizing a message slot");
+    if (!st.ok()) {
+      close(child_sock);
+      return st;
+    }
+  }
 
   std::vector<std::string> env_strings;
   std::string python_path;
@@ -93,6 +115,10 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
   for (const auto& [k, v] : spec.extra_env) env_strings.push_back(k + "=" + v);
   env_strings.push_back("INFERD_PYTHON_FD=3");
   env_strings.push_back("INFERD_PYTHON_SHM_FD=4");
+  env_strings.push_back("INFERD_PYTHON_DOORBELL_IN=5");   // the process's: inferd rings it
+  env_strings.push_back("INFERD_PYTHON_DOORBELL_OUT=6");
+  env_strings.push_back("INFERD_PYTHON_SLOT_IN=7");
+  env_strings.push_back("INFERD_PYTHON_SLOT_OUT=8");
   env_strings.push_back(inferd::StrCat("INFERD_PYTHON_SHM_GROWTH=", p->growth_));
   env_strings.push_back("PYTHONUNBUFFERED=1");
   std::vector<char*> envp;
@@ -107,6 +133,10 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_sock, 3);
   posix_spawn_file_actions_adddup2(&actions, p->shm_fd_, 4);
+  posix_spawn_file_actions_adddup2(&actions, p->doorbell_out_, 5);
+  posix_spawn_file_actions_adddup2(&actions, p->doorbell_in_, 6);
+  posix_spawn_file_actions_adddup2(&actions, p->slot_out_.fd, 7);
+  posix_spawn_file_actions_adddup2(&actions, p->slot_in_.fd, 8);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // The child must not inherit inferd's blocked signals (main blocks SIGTERM/SIGINT for sigwait).
@@ -132,8 +162,27 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
 
 StubProcess::~StubProcess() {
   if (base_ != nullptr) munmap(base_, mapped_);
-  if (sock_ >= 0) close(sock_);
-  if (shm_fd_ >= 0) close(shm_fd_);
+  for (Slot* slot : {&slot_out_, &slot_in_}) {
+    if (slot->base != nullptr) munmap(slot->base, slot->mapped);
+    if (slot->fd >= 0) close(slot->fd);
+  }
+  for (int fd : {sock_, shm_fd_, doorbell_out_, doorbell_in_}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+absl::Status StubProcess::MapSlot(Slot* slot) {
+  struct stat st;
+  if (fstat(slot->fd, &st) != 0) return Errno("fstat of a message slot");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size <= slot->mapped) return absl::OkStatus();
+  void* addr = slot->base == nullptr
+                   ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, slot->fd, 0)
+                   : mremap(slot->base, slot->mapped, size, MREMAP_MAYMOVE);
+  if (addr == MAP_FAILED) return Errno(inferd::StrCat("mapping a message slot of ", size, " bytes"));
+  slot->base = static_cast<uint8_t*>(addr);
+  slot->mapped = size;
+  return absl::OkStatus();
 }
 
 absl::Status StubProcess::Remap() {
@@ -179,98 +228,131 @@ absl::StatusOr<std::string_view> StubProcess::Region(uint64_t offset, uint64_t s
 }
 
 absl::Status StubProcess::Send(std::string_view message) {
-  const uint32_t n = static_cast<uint32_t>(message.size());
-  const unsigned char header[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
-                                   static_cast<unsigned char>(n >> 16),
-                                   static_cast<unsigned char>(n >> 24)};
-  struct iovec iov[2] = {{const_cast<unsigned char*>(header), 4},
-                         {const_cast<char*>(message.data()), message.size()}};
-  size_t left = 4 + message.size();
-  int first = 0;
-  while (left > 0) {
-    struct msghdr msg = {};
-    msg.msg_iov = iov + first;
-    msg.msg_iovlen = 2 - first;
-    const ssize_t w = sendmsg(sock_, &msg, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(inferd::StrCat("the Python process of ", label_,
-                                                   " is gone (", std::strerror(errno), ")"));
+  const uint64_t n = message.size();
+  if (8 + n > slot_out_.mapped) {
+    const uint64_t size = std::max(slot_out_.mapped * 2, (8 + n + kSlotBytes - 1) / kSlotBytes * kSlotBytes);
+    if (ftruncate(slot_out_.fd, static_cast<off_t>(size)) != 0) {
+      return absl::ResourceExhaustedError(inferd::StrCat(
+          label_, ": cannot grow the message slot to ", size, " bytes: ", std::strerror(errno)));
     }
-    left -= static_cast<size_t>(w);
-    size_t done = static_cast<size_t>(w);
-    while (first < 2 && done >= iov[first].iov_len) {
-      done -= iov[first].iov_len;
-      ++first;
-    }
-    if (first < 2) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
-      iov[first].iov_len -= done;
-    }
+    if (auto st = MapSlot(&slot_out_); !st.ok()) return st;
+  }
+  std::memcpy(slot_out_.base, &n, 8);  // little-endian, as the process reads it
+  if (n != 0) std::memcpy(slot_out_.base + 8, message.data(), n);
+  const uint64_t one = 1;
+  while (write(doorbell_out_, &one, 8) != 8) {
+    if (errno != EINTR) return Errno(inferd::StrCat("ringing the Python process of ", label_));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> StubProcess::ReadSome(char* out, size_t cap, uint64_t deadline_ns) {
-  // A short spin first: an answer that comes within spin_ns_ is taken without the scheduler's
-  // wake-up (tens of microseconds on a virtual machine).
-  const uint64_t spin_until = spin_ns_ != 0 ? core::NowNs() + spin_ns_ : 0;
+bool StubProcess::TakeSocketMessage(std::string* out) {
+  const size_t avail = in_len_ - in_pos_;
+  if (avail < 4) return false;
+  const auto* h = reinterpret_cast<const unsigned char*>(in_.data() + in_pos_);
+  const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
+  if (avail < 4 + uint64_t{n}) return false;
+  out->assign(in_.data() + in_pos_ + 4, n);
+  in_pos_ += 4 + n;
+  if (in_pos_ == in_len_) in_pos_ = in_len_ = 0;
+  return true;
+}
+
+absl::Status StubProcess::DrainSocket() {
+  // in_ only grows (resizing a string by the read size per message zero-filled 64 KiB each
+  // time).
   for (;;) {
-    const bool wait = spin_until == 0 || core::NowNs() >= spin_until;
-    if (wait && deadline_ns != 0) {
-      const uint64_t now = core::NowNs();
-      if (now >= deadline_ns) {
-        return absl::DeadlineExceededError(
-            inferd::StrCat("the Python process of ", label_, " did not answer in time"));
+    if (in_pos_ > 0 && in_pos_ == in_len_) in_pos_ = in_len_ = 0;
+    if (in_.size() - in_len_ < kReadChunk) {
+      if (in_pos_ > 0) {
+        std::memmove(in_.data(), in_.data() + in_pos_, in_len_ - in_pos_);
+        in_len_ -= in_pos_;
+        in_pos_ = 0;
       }
-      struct pollfd pfd = {sock_, POLLIN, 0};
-      const int ms = static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, 1 << 30));
-      const int r = poll(&pfd, 1, ms);
-      if (r < 0 && errno != EINTR) return Errno("poll");
-      if (r <= 0) continue;
+      if (in_.size() - in_len_ < kReadChunk) in_.resize(std::max(in_.size() * 2, in_len_ + kReadChunk));
     }
-    const ssize_t k = recv(sock_, out, cap, wait && deadline_ns == 0 ? 0 : MSG_DONTWAIT);
-    if (k > 0) return static_cast<size_t>(k);
-    if (k == 0) {
-      return absl::UnavailableError(
-          inferd::StrCat("the Python process of ", label_, " closed its connection"));
-    }
-    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-      // Leaves the CPU to whatever else wants it (the Python process itself, when both share
-      // a core), so a spin never starves the side it waits for.
-      sched_yield();
+    const ssize_t k = recv(sock_, in_.data() + in_len_, in_.size() - in_len_, MSG_DONTWAIT);
+    if (k > 0) {
+      in_len_ += static_cast<size_t>(k);
       continue;
     }
+    if (k == 0) {
+      peer_closed_ = true;
+      return absl::OkStatus();
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
     return absl::UnavailableError(inferd::StrCat("reading from the Python process of ", label_,
                                                  ": ", std::strerror(errno)));
   }
 }
 
+absl::StatusOr<std::string> StubProcess::ReadSlot() {
+  uint64_t n;
+  std::memcpy(&n, slot_in_.base, 8);
+  if (8 + n > slot_in_.mapped || 8 + n < n) {
+    if (auto st = MapSlot(&slot_in_); !st.ok()) return st;  // the process grew it
+    if (8 + n > slot_in_.mapped || 8 + n < n) {
+      return absl::InternalError(inferd::StrCat(label_, ": the Python process wrote a message of ",
+                                                n, " bytes past its slot (", slot_in_.mapped,
+                                                " bytes)"));
+    }
+  }
+  return std::string(reinterpret_cast<const char*>(slot_in_.base) + 8, n);
+}
+
 absl::StatusOr<std::string> StubProcess::Receive(uint64_t deadline_ns) {
-  // Messages may arrive together (a model's log lines, then its answer): whatever one read
-  // returns past the current message stays in in_ for the next call. in_ only grows (resizing
-  // a string by the read size per message zero-filled 64 KiB each time).
+  // The log lines the process wrote to the socket before it rang come first: it writes them,
+  // then its slot, then rings, so a ring seen means they are already in the socket.
+  // A short spin first (spin_ns_): an answer that comes within it is taken without the
+  // scheduler's wake-up (tens of microseconds on a virtual machine).
+  const uint64_t spin_until = spin_ns_ != 0 ? core::NowNs() + spin_ns_ : 0;
+  std::string message;
   for (;;) {
-    const size_t avail = in_len_ - in_pos_;
-    if (avail >= 4) {
-      const auto* h = reinterpret_cast<const unsigned char*>(in_.data() + in_pos_);
-      const uint32_t n = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
-      if (avail >= 4 + uint64_t{n}) {
-        std::string body(in_.data() + in_pos_ + 4, n);
-        in_pos_ += 4 + n;
-        if (in_pos_ == in_len_) in_pos_ = in_len_ = 0;
-        return body;
+    if (TakeSocketMessage(&message)) return message;
+    if (slot_pending_) {
+      slot_pending_ = false;
+      return ReadSlot();
+    }
+    if (peer_closed_) {
+      return absl::UnavailableError(
+          inferd::StrCat("the Python process of ", label_, " closed its connection"));
+    }
+    if (spin_until != 0 && core::NowNs() < spin_until) {
+      uint64_t rings;
+      if (read(doorbell_in_, &rings, 8) == 8) slot_pending_ = true;
+      if (auto st = DrainSocket(); !st.ok()) return st;
+      if (!slot_pending_ && in_len_ == in_pos_ && !peer_closed_) {
+        // Leaves the CPU to whatever else wants it (the Python process itself, when both
+        // share a core), so a spin never starves the side it waits for.
+        sched_yield();
       }
+      continue;
     }
-    if (in_pos_ > 0) {
-      std::memmove(in_.data(), in_.data() + in_pos_, avail);
-      in_len_ = avail;
-      in_pos_ = 0;
+    // The doorbell first: poll reads the descriptors in order, so a ring it sees was rung after
+    // any log line the socket shows in the same call.
+    struct pollfd pfd[2] = {{doorbell_in_, POLLIN, 0}, {sock_, POLLIN, 0}};
+    int timeout_ms = -1;
+    if (deadline_ns != 0) {
+      const uint64_t now = core::NowNs();
+      if (now >= deadline_ns) {
+        return absl::DeadlineExceededError(
+            inferd::StrCat("the Python process of ", label_, " did not answer in time"));
+      }
+      timeout_ms = static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, 1 << 30));
     }
-    if (in_.size() - in_len_ < kReadChunk) in_.resize(std::max(in_.size() * 2, in_len_ + kReadChunk));
-    auto k = ReadSome(in_.data() + in_len_, in_.size() - in_len_, deadline_ns);
-    if (!k.ok()) return k.status();
-    in_len_ += *k;
+    const int r = poll(pfd, 2, timeout_ms);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Errno("poll");
+    }
+    if (pfd[0].revents & POLLIN) {
+      uint64_t rings;
+      if (read(doorbell_in_, &rings, 8) == 8) slot_pending_ = true;
+    }
+    if (pfd[1].revents != 0) {
+      if (auto st = DrainSocket(); !st.ok()) return st;
+    }
   }
 }
 

@@ -1,8 +1,13 @@
-// One Python stub process and the two channels to it: a connected socket for control messages
-// (4-byte little-endian length + a message, one at a time in turn) and a memfd mapped on both sides
-// for tensor bytes. memfd_create needs no /dev/shm, so a small /dev/shm (SageMaker, Fargate)
-// cannot fail a request; the mapping starts at the default size and grows by the growth step
-// whenever a message needs more (either side may ftruncate; the reader remaps).
+// One Python stub process and the channels to it. Messages go through two shared-memory slots,
+// one per direction (an 8-byte little-endian length, then the message), each announced by an
+// eventfd doorbell: the exchange is strictly in turns (one side writes a message only after the
+// other has read the one before), so one slot per direction suffices, and an eventfd wake-up
+// costs about half a socket message's (no socket buffer to allocate, charge and free). A
+// connected socket stays for what is not in turns (the model's log lines, which the process
+// writes without waiting for an answer) and tells inferd when the process is gone (hang-up).
+// Tensor bytes go in a third memfd. memfd_create needs no /dev/shm, so a small /dev/shm
+// (SageMaker, Fargate) cannot fail a request; every mapping grows when a message needs more
+// (the writer ftruncates; the reader remaps).
 //
 // Thread safety: none; the owning instance uses one process from one thread at a time.
 // Lifetime: the destructor closes the descriptors and unmaps; it never waits for or kills the
@@ -43,9 +48,11 @@ class StubProcess {
 
   pid_t pid() const { return pid_; }
 
+  // Writes `message` to the process's slot and rings its doorbell.
   absl::Status Send(std::string_view message);
-  // Waits for the next message until `deadline_ns` (core::NowNs clock; 0: no deadline).
-  // UNAVAILABLE when the process closed its end; DEADLINE_EXCEEDED past the deadline.
+  // Waits for the next message (a log line from the socket, or the process's slot) until
+  // `deadline_ns` (core::NowNs clock; 0: no deadline). UNAVAILABLE when the process closed its
+  // end; DEADLINE_EXCEEDED past the deadline.
   absl::StatusOr<std::string> Receive(uint64_t deadline_ns);
 
   // Makes the shared region at least `bytes` long (ftruncate, rounded up to the growth step)
@@ -56,22 +63,40 @@ class StubProcess {
   uint64_t mapped_bytes() const { return mapped_; }
 
  private:
+  // A message slot: a memfd mapped here, grown by its writer.
+  struct Slot {
+    int fd = -1;
+    uint8_t* base = nullptr;
+    uint64_t mapped = 0;
+  };
+
   StubProcess() = default;
   absl::Status Remap();
-  // Reads what the socket has (at least one byte) into `out`.
-  absl::StatusOr<size_t> ReadSome(char* out, size_t cap, uint64_t deadline_ns);
+  static absl::Status MapSlot(Slot* slot);
+  // A whole log line the socket brought, if one is buffered.
+  bool TakeSocketMessage(std::string* out);
+  // Reads what the socket holds without waiting; sets peer_closed_ at end of stream.
+  absl::Status DrainSocket();
+  absl::StatusOr<std::string> ReadSlot();
 
   static constexpr size_t kReadChunk = 64 * 1024;
+  static constexpr uint64_t kSlotBytes = 64 * 1024;  // each slot's first size
 
   pid_t pid_ = -1;
   int sock_ = -1;
   int shm_fd_ = -1;
+  int doorbell_out_ = -1;  // rung after writing slot_out_
+  int doorbell_in_ = -1;   // rung by the process after writing slot_in_ (non-blocking here)
+  Slot slot_out_;          // inferd -> process
+  Slot slot_in_;           // process -> inferd
+  bool slot_pending_ = false;  // slot_in_ holds a message not yet returned
+  bool peer_closed_ = false;
   uint8_t* base_ = nullptr;
   uint64_t mapped_ = 0;
   uint64_t growth_ = 1 << 20;
   std::string label_;
   uint64_t spin_ns_ = 0;
-  std::vector<char> in_;  // bytes read, [in_pos_, in_len_) not yet returned by Receive
+  std::vector<char> in_;  // socket bytes read, [in_pos_, in_len_) not yet returned by Receive
   size_t in_len_ = 0;
   size_t in_pos_ = 0;
 };
