@@ -311,20 +311,6 @@ const char* FastJsonDouble(const char* p, const char* end, double* out) {
   return p;
 }
 
-// The bytes of the 8 at q that are not ASCII digits, as their high bits (0: all digits). Only the
-// lowest flag is exact (a borrow or carry can flag a digit after a non-digit), which is all the
-// callers read.
-inline uint64_t NonDigitFlags(const char* q) {
-  uint64_t x;
-  std::memcpy(&x, q, 8);
-  return ((x + 0x4646464646464646ULL) | (x - 0x3030303030303030ULL)) & 0x8080808080808080ULL;
-}
-
-// Index of the first non-digit among the 8 bytes at q, from its flags (8 when there is none).
-inline int FirstNonDigit(uint64_t flags) {
-  return flags ? std::countr_zero(flags) >> 3 : 8;
-}
-
 // The value of the k (0..8) ASCII digits at q, read as one 8-byte word: the digits are moved to
 // the top of the word, behind 8-k zero digits, and combined as EightDigits does.
 inline uint64_t DigitsValue(const char* q, int k) {
