@@ -174,8 +174,8 @@ absl::Status StoreInt(const char* s, const char* e, std::string_view name, char*
   if (*s == '-') {
     int64_t x = 0;
     auto r = std::from_chars(s, e, x);
-    if (r.ec != std::errc() || (std::is_signed_v<T> && x < static_cast<int64_t>(std::numeric_limits<T>::min())) ||
-        !std::is_signed_v<T>) {
+    if (r.ec != std::errc() || !std::is_signed_v<T> ||
+        x < static_cast<int64_t>(std::numeric_limits<T>::min())) {
       return Invalid(name, inferd::StrCat("value ", std::string_view(s, e - s),
                                           " is out of range for its datatype"));
     }
