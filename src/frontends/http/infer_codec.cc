@@ -281,8 +281,9 @@ class InferJsonScanner {
       auto hits = [&](const char* q) {
         const __m128i v =
             _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), lower);
-        return _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, brace_open), _mm_cmpeq_epi8(v, brace_close)),
-                            _mm_cmpeq_epi8(v, quote));
+        const __m128i braces =
+            _mm_or_si128(_mm_cmpeq_epi8(v, brace_open), _mm_cmpeq_epi8(v, brace_close));
+        return _mm_or_si128(braces, _mm_cmpeq_epi8(v, quote));
       };
       while (end - p >= 64) {
         const __m128i any = _mm_or_si128(_mm_or_si128(hits(p), hits(p + 16)),
@@ -771,7 +772,8 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (input_index < data_spans.size() && !data_spans[input_index].text.empty()) {
           // BYTES (or anything the scanner left): the DOM of just this array.
           rapidjson::Document data_doc;
-          if (auto pst = ParseJsonExact(data_spans[input_index].text, data_doc); !pst.ok()) return pst;
+          absl::Status pst = ParseJsonExact(data_spans[input_index].text, data_doc);
+          if (!pst.ok()) return pst;
           int scalar_depth = -1;
           st = Flatten(data_doc, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth, &buf, &got);
         } else {
