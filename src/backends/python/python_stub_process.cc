@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
   p->doorbell_out_ = HighFd(p->doorbell_out_);
   p->doorbell_in_ = HighFd(p->doorbell_in_);
   for (Slot* slot : {&p->slot_out_, &p->slot_in_}) {
-    absl::Status st = ftruncate(slot->fd, kSlotBytes) == 0 ? MapSlot(slot) : Errno("sizing a message slot");
+    absl::Status st =
+        ftruncate(slot->fd, kSlotBytes) == 0 ? MapSlot(slot) : Errno("sizing a message slot");
     if (!st.ok()) {
       close(child_sock);
       return st;
@@ -179,7 +180,9 @@ absl::Status StubProcess::MapSlot(Slot* slot) {
   void* addr = slot->base == nullptr
                    ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, slot->fd, 0)
                    : mremap(slot->base, slot->mapped, size, MREMAP_MAYMOVE);
-  if (addr == MAP_FAILED) return Errno(inferd::StrCat("mapping a message slot of ", size, " bytes"));
+  if (addr == MAP_FAILED) {
+    return Errno(inferd::StrCat("mapping a message slot of ", size, " bytes"));
+  }
   slot->base = static_cast<uint8_t*>(addr);
   slot->mapped = size;
   return absl::OkStatus();
@@ -230,7 +233,8 @@ absl::StatusOr<std::string_view> StubProcess::Region(uint64_t offset, uint64_t s
 absl::Status StubProcess::Send(std::string_view message) {
   const uint64_t n = message.size();
   if (8 + n > slot_out_.mapped) {
-    const uint64_t size = std::max(slot_out_.mapped * 2, (8 + n + kSlotBytes - 1) / kSlotBytes * kSlotBytes);
+    const uint64_t size =
+        std::max(slot_out_.mapped * 2, (8 + n + kSlotBytes - 1) / kSlotBytes * kSlotBytes);
     if (ftruncate(slot_out_.fd, static_cast<off_t>(size)) != 0) {
       return absl::ResourceExhaustedError(inferd::StrCat(
           label_, ": cannot grow the message slot to ", size, " bytes: ", std::strerror(errno)));
@@ -269,7 +273,9 @@ absl::Status StubProcess::DrainSocket() {
         in_len_ -= in_pos_;
         in_pos_ = 0;
       }
-      if (in_.size() - in_len_ < kReadChunk) in_.resize(std::max(in_.size() * 2, in_len_ + kReadChunk));
+      if (in_.size() - in_len_ < kReadChunk) {
+        in_.resize(std::max(in_.size() * 2, in_len_ + kReadChunk));
+      }
     }
     const ssize_t k = recv(sock_, in_.data() + in_len_, in_.size() - in_len_, MSG_DONTWAIT);
     if (k > 0) {
