@@ -62,6 +62,10 @@ def children(pid):
     return [int(p) for p in out.split()]
 
 
+# What `buildah run` prints when its runtime could not start, before anything of the image ran.
+RUNNER_SETUP_FAILURE = "sealing memfd copy"
+
+
 class Container:
     """One `buildah run` of the image's entrypoint, in a fresh working container."""
 
@@ -102,7 +106,16 @@ class Container:
         seconds until inferd's process exists (serve exec'd it), the container's own set-up."""
         deadline = self.started + timeout
         self.exec_s = None
+        retried = False
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not retried and RUNNER_SETUP_FAILURE in self.text():
+                # buildah's chroot runner failed to set itself up before the entrypoint ran
+                # (EBUSY sealing the memfd copy of its own binary, seen once in CI): one more start.
+                retried = True
+                self.log.close()
+                self.start()
+                deadline = self.started + timeout
+                continue
             assert self.proc.poll() is None, f"the container exited ({self.proc.returncode}):\n{self.text()}"
             if watch_exec and self.exec_s is None and self.inferd_pid():
                 self.exec_s = time.monotonic() - self.started
