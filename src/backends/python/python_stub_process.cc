@@ -61,13 +61,13 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
     close(child_sock);
     return Errno("memfd_create");
   }
-  p->shm_fd_ = HighFd(memfd);
-  if (ftruncate(p->shm_fd_, static_cast<off_t>(std::max<uint64_t>(spec.shm_default_bytes, 4096))) != 0) {
+  p->tensors_.fd = HighFd(memfd);
+  if (ftruncate(p->tensors_.fd, static_cast<off_t>(std::max<uint64_t>(spec.shm_default_bytes, 4096))) != 0) {
     close(child_sock);
     return Errno(inferd::StrCat("sizing the shared memory of ", spec.label, " to ",
                                 spec.shm_default_bytes, " bytes"));
   }
-  if (auto st = p->Remap(); !st.ok()) {
+  if (auto st = MapSlot(&p->tensors_); !st.ok()) {
     close(child_sock);
     return st;
   }
@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_sock, 3);
-  posix_spawn_file_actions_adddup2(&actions, p->shm_fd_, 4);
+  posix_spawn_file_actions_adddup2(&actions, p->tensors_.fd, 4);
   posix_spawn_file_actions_adddup2(&actions, p->doorbell_out_, 5);
   posix_spawn_file_actions_adddup2(&actions, p->doorbell_in_, 6);
   posix_spawn_file_actions_adddup2(&actions, p->slot_out_.fd, 7);
@@ -162,72 +162,57 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
 }
 
 StubProcess::~StubProcess() {
-  if (base_ != nullptr) munmap(base_, mapped_);
-  for (Slot* slot : {&slot_out_, &slot_in_}) {
+  for (Slot* slot : {&tensors_, &slot_out_, &slot_in_}) {
     if (slot->base != nullptr) munmap(slot->base, slot->mapped);
     if (slot->fd >= 0) close(slot->fd);
   }
-  for (int fd : {sock_, shm_fd_, doorbell_out_, doorbell_in_}) {
+  for (int fd : {sock_, doorbell_out_, doorbell_in_}) {
     if (fd >= 0) close(fd);
   }
 }
 
 absl::Status StubProcess::MapSlot(Slot* slot) {
   struct stat st;
-  if (fstat(slot->fd, &st) != 0) return Errno("fstat of a message slot");
+  if (fstat(slot->fd, &st) != 0) return Errno("fstat of a shared mapping");
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size <= slot->mapped) return absl::OkStatus();
   void* addr = slot->base == nullptr
                    ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, slot->fd, 0)
                    : mremap(slot->base, slot->mapped, size, MREMAP_MAYMOVE);
   if (addr == MAP_FAILED) {
-    return Errno(inferd::StrCat("mapping a message slot of ", size, " bytes"));
+    return Errno(inferd::StrCat("mapping ", size, " bytes of shared memory"));
   }
   slot->base = static_cast<uint8_t*>(addr);
   slot->mapped = size;
   return absl::OkStatus();
 }
 
-absl::Status StubProcess::Remap() {
-  struct stat st;
-  if (fstat(shm_fd_, &st) != 0) return Errno("fstat of the shared memory");
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size <= mapped_) return absl::OkStatus();
-  void* addr = base_ == nullptr
-                   ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd_, 0)
-                   : mremap(base_, mapped_, size, MREMAP_MAYMOVE);
-  if (addr == MAP_FAILED) return Errno(inferd::StrCat("mapping ", size, " bytes of shared memory"));
-  base_ = static_cast<uint8_t*>(addr);
-  mapped_ = size;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<uint8_t*> StubProcess::Reserve(uint64_t bytes) {
-  if (bytes > mapped_) {
+  if (bytes > tensors_.mapped) {
     struct stat st;
-    if (fstat(shm_fd_, &st) != 0) return Errno("fstat of the shared memory");
+    if (fstat(tensors_.fd, &st) != 0) return Errno("fstat of the shared memory");
     if (static_cast<uint64_t>(st.st_size) < bytes) {
       const uint64_t size = (bytes + growth_ - 1) / growth_ * growth_;
-      if (ftruncate(shm_fd_, static_cast<off_t>(size)) != 0) {
+      if (ftruncate(tensors_.fd, static_cast<off_t>(size)) != 0) {
         return absl::ResourceExhaustedError(inferd::StrCat(
             label_, ": cannot grow the shared memory to ", size, " bytes: ", std::strerror(errno)));
       }
     }
-    if (auto st2 = Remap(); !st2.ok()) return st2;
+    if (auto st2 = MapSlot(&tensors_); !st2.ok()) return st2;
   }
-  return base_;
+  return tensors_.base;
 }
 
 absl::StatusOr<std::string_view> StubProcess::Region(uint64_t offset, uint64_t size) {
-  if (offset + size > mapped_) {
-    if (auto st = Remap(); !st.ok()) return st;
-    if (offset + size > mapped_ || offset + size < offset) {
+  if (offset + size > tensors_.mapped) {
+    if (auto st = MapSlot(&tensors_); !st.ok()) return st;
+    if (offset + size > tensors_.mapped || offset + size < offset) {
       return absl::InternalError(inferd::StrCat(label_, ": the Python process named bytes ",
                                                 offset, "+", size, " past the shared memory (",
-                                                mapped_, " bytes)"));
+                                                tensors_.mapped, " bytes)"));
     }
   }
-  return std::string_view(reinterpret_cast<const char*>(base_) + offset, size);
+  return std::string_view(reinterpret_cast<const char*>(tensors_.base) + offset, size);
 }
 
 absl::Status StubProcess::Send(std::string_view message) {

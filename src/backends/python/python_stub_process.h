@@ -60,10 +60,10 @@ class StubProcess {
   absl::StatusOr<uint8_t*> Reserve(uint64_t bytes);
   // The bytes [offset, offset+size) the other side wrote (remapping when the region grew).
   absl::StatusOr<std::string_view> Region(uint64_t offset, uint64_t size);
-  uint64_t mapped_bytes() const { return mapped_; }
+  uint64_t mapped_bytes() const { return tensors_.mapped; }
 
  private:
-  // A message slot: a memfd mapped here, grown by its writer.
+  // A memfd mapped here (the tensor region, a message slot), grown by its writer.
   struct Slot {
     int fd = -1;
     uint8_t* base = nullptr;
@@ -71,7 +71,6 @@ class StubProcess {
   };
 
   StubProcess() = default;
-  absl::Status Remap();
   static absl::Status MapSlot(Slot* slot);
   // A whole log line the socket brought, if one is buffered.
   bool TakeSocketMessage(std::string* out);
@@ -84,15 +83,13 @@ class StubProcess {
 
   pid_t pid_ = -1;
   int sock_ = -1;
-  int shm_fd_ = -1;
   int doorbell_out_ = -1;  // rung after writing slot_out_
   int doorbell_in_ = -1;   // rung by the process after writing slot_in_ (non-blocking here)
   Slot slot_out_;          // inferd -> process
   Slot slot_in_;           // process -> inferd
   bool slot_pending_ = false;  // slot_in_ holds a message not yet returned
   bool peer_closed_ = false;
-  uint8_t* base_ = nullptr;
-  uint64_t mapped_ = 0;
+  Slot tensors_;           // tensor bytes, both directions
   uint64_t growth_ = 1 << 20;
   std::string label_;
   uint64_t spin_ns_ = 0;

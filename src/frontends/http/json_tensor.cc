@@ -215,6 +215,14 @@ void StoreFloating(double d, DataType type, char* dst) {
   }
 }
 
+// The value of eight digit bytes (0..9 each, the first, most significant, in the lowest byte):
+// pairs, then fours, then the eight, by SWAR multiplies.
+inline uint64_t CombineDigits(uint64_t x) {
+  x = x * 10 + (x >> 8);
+  return (((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+          (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+}
+
 // Eight ASCII digits at p, or false. (SWAR: every byte in '0'..'9'.)
 bool EightDigits(const char* p, uint64_t* v) {
   uint64_t x;
@@ -222,11 +230,7 @@ bool EightDigits(const char* p, uint64_t* v) {
   if ((((x + 0x4646464646464646ULL) | (x - 0x3030303030303030ULL)) & 0x8080808080808080ULL) != 0) {
     return false;
   }
-  x -= 0x3030303030303030ULL;                      // bytes 0..9, first digit lowest
-  x = x * 10 + (x >> 8);                           // pairs
-  x = (((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
-       (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
-  *v = x;
+  *v = CombineDigits(x - 0x3030303030303030ULL);
   return true;
 }
 
@@ -312,16 +316,14 @@ const char* FastJsonDouble(const char* p, const char* end, double* out) {
 }
 
 // The value of the k (0..8) ASCII digits at q, read as one 8-byte word: the digits are moved to
-// the top of the word, behind 8-k zero digits, and combined as EightDigits does.
+// the top of the word, behind 8-k zero digits, and combined by CombineDigits.
 inline uint64_t DigitsValue(const char* q, int k) {
   uint64_t x;
   std::memcpy(&x, q, 8);
   x -= 0x3030303030303030ULL;  // a borrow from a byte past the digits runs upward, out of reach
   const int shift = 8 * (8 - k);
   x = (x << (shift >> 1)) << (shift - (shift >> 1));  // k = 0 shifts by 64: zero, not UB
-  x = x * 10 + (x >> 8);
-  return (((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
-          (((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+  return CombineDigits(x);
 }
 
 constexpr uint64_t kPow10U64[] = {1ULL,

@@ -52,10 +52,12 @@ def _align(n):
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-class SharedRegion:
-    def __init__(self, fd, growth):
+class _Mapped:
+    """A memfd mapped here (the tensor region, a message slot): its writer grows it, a reader
+    remaps when what it reads lies past the mapping."""
+
+    def __init__(self, fd):
         self.fd = fd
-        self.growth = max(int(growth), 4096)
         self.mm = None
         self.size = 0
         self._remap()
@@ -72,6 +74,12 @@ class SharedRegion:
                 old.close()
             except BufferError:
                 pass  # a view still uses it; it is freed with the view
+
+
+class SharedRegion(_Mapped):
+    def __init__(self, fd, growth):
+        self.growth = max(int(growth), 4096)
+        super().__init__(fd)
 
     def reserve(self, need):
         if need <= self.size:
@@ -154,26 +162,6 @@ class BlsFuture:
         yield  # makes this a generator, as __await__ must be
 
 
-class _Slot:
-    """A message slot: a memfd holding an 8-byte little-endian length and the message; its
-    writer grows it, its reader remaps when a message lies past the mapping."""
-
-    def __init__(self, fd):
-        self.fd = fd
-        self.mm = None
-        self.size = 0
-        self.remap()
-
-    def remap(self):
-        size = os.fstat(self.fd).st_size
-        if size > self.size:
-            old = self.mm
-            self.mm = mmap.mmap(self.fd, size)
-            self.size = size
-            if old is not None:
-                old.close()
-
-
 _U64 = struct.Struct("<Q")
 _RING = (1).to_bytes(8, "little")
 
@@ -188,8 +176,8 @@ class Channel:
         self.shm = shm
         self._bell_in = int(env["INFERD_PYTHON_DOORBELL_IN"])
         self._bell_out = int(env["INFERD_PYTHON_DOORBELL_OUT"])
-        self._in = _Slot(int(env["INFERD_PYTHON_SLOT_IN"]))
-        self._out = _Slot(int(env["INFERD_PYTHON_SLOT_OUT"]))
+        self._in = _Mapped(int(env["INFERD_PYTHON_SLOT_IN"]))
+        self._out = _Mapped(int(env["INFERD_PYTHON_SLOT_OUT"]))
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
         self.lock = threading.RLock()
@@ -202,7 +190,7 @@ class Channel:
         out = self._out
         if 8 + n > out.size:
             os.ftruncate(out.fd, max(out.size * 2, (8 + n + 65535) // 65536 * 65536))
-            out.remap()
+            out._remap()
         mm = out.mm
         mm[0:8] = _U64.pack(n)
         mm[8:8 + n] = data
@@ -214,7 +202,7 @@ class Channel:
         slot = self._in
         (n,) = _U64.unpack_from(slot.mm, 0)
         if 8 + n > slot.size:
-            slot.remap()
+            slot._remap()
         return slot.mm[8:8 + n]
 
     def send_unanswered(self, obj):
@@ -625,10 +613,7 @@ def main():
     pb._channel = channel
     stub = Stub(channel)
     while True:
-        try:
-            raw = channel.recv_raw()
-        except EOFError:
-            return 0
+        raw = channel.recv_raw()  # inferd ends this process: finalize, or SIGKILL
         try:
             if raw[0] == _BIN_EXECUTE:
                 reply = stub.execute(raw)
