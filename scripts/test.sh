@@ -25,7 +25,7 @@ if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 
 stage "benchmarks (smoke)"
 # Smoke runs check that every benchmark runs; their segments are too short to measure with.
-for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_preprocess ensemble json memory mme scale_out sequence_vad python_step decoupled response_cache shared_memory cancellation metrics_cost json_codec trace_cost; do
+for b in protocol grpc_protocol onnx_latency onnx_throughput torch_resnet image_preprocess ensemble json memory mme scale_out sequence_vad python_step decoupled response_cache shared_memory cancellation metrics_cost json_codec json_gzip request_cost trace_cost; do
   bash "$ROOT/bench/$b.sh" --smoke | tail -1 | sed "s/^/smoke, not a measurement (figures: bench\/RESULTS.md): /"
 done
 # Load/unload soak: 60 cycles (the 10,000-cycle run is bench/soak.py without --smoke).

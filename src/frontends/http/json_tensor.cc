@@ -1,21 +1,14 @@
 #include "frontends/http/json_tensor.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <charconv>
-#include <condition_variable>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
 #include <type_traits>
 
@@ -25,117 +18,14 @@
 #include <emmintrin.h>
 #endif
 
-#include "common/cpu_budget.h"
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
+#include "frontends/http/parallel_slices.h"
 
 namespace inferd::http {
 namespace {
 
 constexpr int kMaxDepth = 64;
-// A flat 'data' array (or an output) this large is parsed (written) by up to kMaxThreads
-// threads at once, one slice each: a 1x3x224x224 FP32 tensor is ~3 MB of text, ~5 ms of
-// number conversion on one core (fast_float's own rate), which dominates a c=1 round trip.
-constexpr size_t kParallelMinBytes = 512 * 1024;
-constexpr size_t kMaxThreads = 4;
-
-// The CPUs this process may use (cgroup quota, cpuset, affinity: common/cpu_budget.h), not the
-// host's: under a quota of one CPU a second slice would only wait for the first.
-size_t UsableCpus() {
-  static const size_t cpus = static_cast<size_t>(std::max(1, DetectCpuBudget().cpus));
-  return cpus;
-}
-
-size_t ThreadsFor(size_t bytes) {
-  return std::min({UsableCpus(), kMaxThreads, bytes / (kParallelMinBytes / 2)});
-}
-
-// Threads that help parse and write large tensors, started once (std::thread per request took
-// up to a millisecond to get going on a busy 2-core host: longer than the slice it was to run).
-// Run(n, fn) runs fn(0..n-1): the caller runs slice 0, then every slice no helper has claimed
-// yet, so a request never waits for a helper to wake up; it returns when all have run.
-class SliceHelpers {
- public:
-  static SliceHelpers& Get() {
-    static SliceHelpers* helpers = new SliceHelpers();  // never destroyed: its threads live on
-    return *helpers;
-  }
-
-  template <typename Fn>
-  void Run(size_t n, Fn& fn) {
-    Batch batch;
-    batch.n = n;
-    batch.fn = [&fn](size_t i) { fn(i); };
-    const size_t tickets = std::min(n - 1, threads_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t t = 0; t < tickets; ++t) queue_.push_back(&batch);
-    }
-    if (tickets == 1) {
-      work_cv_.notify_one();
-    } else if (tickets > 1) {
-      work_cv_.notify_all();
-    }
-    fn(0);
-    for (size_t i; (i = batch.next.fetch_add(1)) < n;) fn(i);
-    std::unique_lock<std::mutex> lock(mu_);
-    std::erase(queue_, &batch);  // tickets no helper took: nothing left for them to do
-    done_cv_.wait(lock, [&] { return batch.active == 0; });
-  }
-
- private:
-  struct Batch {
-    std::function<void(size_t)> fn;
-    size_t n = 0;
-    std::atomic<size_t> next{1};
-    size_t active = 0;  // helpers inside fn (guarded by mu_)
-  };
-
-  SliceHelpers() {
-    threads_ = std::min(UsableCpus(), kMaxThreads) - 1;
-    for (size_t t = 0; t < threads_; ++t) {
-      try {
-        std::thread([this] {
-          pthread_setname_np(pthread_self(), "json-slices");
-          Loop();
-        }).detach();
-      } catch (const std::system_error&) {
-        threads_ = t;  // the callers run every slice themselves
-        break;
-      }
-    }
-  }
-
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      work_cv_.wait(lock, [&] { return !queue_.empty(); });
-      Batch* batch = queue_.front();
-      queue_.pop_front();
-      ++batch->active;
-      lock.unlock();
-      for (size_t i; (i = batch->next.fetch_add(1)) < batch->n;) batch->fn(i);
-      lock.lock();
-      if (--batch->active == 0) done_cv_.notify_all();
-    }
-  }
-
-  size_t threads_ = 0;
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<Batch*> queue_;
-};
-
-// Runs fn(0..n-1), on this thread and the slice helpers.
-template <typename Fn>
-void RunSlices(size_t n, Fn&& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0);
-    return;
-  }
-  SliceHelpers::Get().Run(n, fn);
-}
 
 absl::Status Invalid(std::string_view input, std::string_view what) {
   return absl::InvalidArgumentError(inferd::StrCat("input '", input, "': ", what));
@@ -800,7 +690,7 @@ bool ParseFlatParallel(std::string_view json, size_t* pos, DataType type, std::s
     }
   }
   const size_t len = close - open;
-  const size_t threads = ThreadsFor(len);
+  const size_t threads = SlicesFor(len);
   if (len < kParallelMinBytes || threads < 2) {
     // Small, or one CPU: one slice on this thread, when the caller's scan vouched for flatness.
     if (close + 1 != flat_end) return false;
@@ -1018,7 +908,7 @@ void AppendJsonTensorData(std::string_view data, DataType type, std::string* out
   out->push_back('[');
   // A large tensor is formatted in slices by several threads, then appended in order (an FP32
   // element takes ~11 bytes of text: the text is reckoned as 4x the data).
-  const size_t slices = n ? std::min(n, ThreadsFor(data.size() * 4)) : 0;
+  const size_t slices = n ? std::min(n, SlicesFor(data.size() * 4)) : 0;
   if (slices >= 2) {
     std::vector<std::string> parts(slices);
     RunSlices(slices, [&](size_t i) {
