@@ -499,3 +499,56 @@ TEST(InferCodecJsonNumbersTest, PlainDecimalsExactAtEveryLength) {
 
 }  // namespace
 }  // namespace inferd::http
+
+namespace inferd::http {
+namespace {
+
+// The envelope's small values (names, shapes, parameters) are read without rapidjson on the fast
+// path when every member is a plain string, an integer of up to 18 digits or a literal, and by
+// rapidjson otherwise; a 'data' array of strings sends the whole body through rapidjson. All
+// must give the same request.
+TEST(InferCodecTest, EnvelopeValuesReadAlikeOnBothPaths) {
+  const std::vector<std::string> param_sets = {
+      // all simple: the scanner's own reader
+      R"("parameters":{"a":1,"b":-7,"c":0,"d":-0,"e":123456789012345678,"f":-123456789012345678,)"
+      R"("i":"plain","l":true,"m":false,"priority":3,"timeout":5000})",
+      // mixed: rapidjson for the object
+      R"("parameters":{"a":1,"b":-7,"f":1234567890123456789012,"g":1.5,"h":-2e3,)"
+      R"("j":"q\"uote\u00e9","k":"é","n":9223372036854775807,"o":-9223372036854775808,)"
+      R"("priority":3,"timeout":5000})",
+  };
+  for (const std::string& params : param_sets) {
+    const std::string fast = R"({"id":"r\"1",)" + params +
+                             R"(,"inputs":[{"name":"x","shape":[ 2 , 1 ],"datatype":"INT32",)"
+                             R"("data":[1,2]}]})";
+    const std::string slow = R"({"id":"r\"1",)" + params +
+                             R"(,"inputs":[{"name":"x","shape":[2,1],"datatype":"INT32",)"
+                             R"("data":[1,2]},{"name":"s","shape":[1],"datatype":"BYTES",)"
+                             R"("data":["x"]}]})";
+    auto a = ParseInferRequest(fast, std::nullopt, nullptr);
+    auto b = ParseInferRequest(slow, std::nullopt, nullptr);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->request->id, "r\"1");
+    EXPECT_EQ(a->request->id, b->request->id);
+    EXPECT_EQ(a->request->priority, 3u);
+    EXPECT_EQ(a->request->priority, b->request->priority);
+    EXPECT_EQ(a->request->timeout_us, b->request->timeout_us);
+    EXPECT_EQ(a->request->parameters, b->request->parameters);
+    EXPECT_THAT(a->request->parameters, HasSubstr(R"("b":-7)"));
+    EXPECT_EQ(a->request->inputs[0].shape, b->request->inputs[0].shape);
+    EXPECT_EQ(a->request->inputs[0].name, "x");
+  }
+  // Not JSON (leading zeros, a bare word): refused alike.
+  for (std::string bad : {R"("parameters":{"p":007})", R"("parameters":{"p":tru})"}) {
+    auto a = ParseInferRequest(R"({)" + bad + R"(,"inputs":[]})", std::nullopt, nullptr);
+    auto b = ParseInferRequest(
+        R"({)" + bad + R"(,"inputs":[{"name":"s","shape":[1],"datatype":"BYTES","data":["x"]}]})",
+        std::nullopt, nullptr);
+    EXPECT_FALSE(a.ok()) << bad;
+    EXPECT_FALSE(b.ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace inferd::http

@@ -195,8 +195,107 @@ class InferJsonScanner {
     Space();
     return true;
   }
-  // Any value, by rapidjson (exact numbers), into the document's allocator.
+  // Any value into the document's allocator: the shapes requests are made of here (see
+  // SimpleValue), anything else by rapidjson (exact numbers).
   bool Value(rapidjson::Value* out) {
+    const size_t start = pos_;
+    if (SimpleValue(out, 0)) return true;
+    pos_ = start;
+    return ParsedValue(out);
+  }
+  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+  // A string of printable ASCII with no escape, an integer of up to 18 digits, true, false,
+  // null, or (at depth 0) an array or object of those: what names, datatypes, shapes and
+  // parameters are. False for anything else, which Value() hands to rapidjson from the start:
+  // a rapidjson Document and Reader per value cost ~1,000 instructions and 4 allocations, the
+  // most of a small request's parse. Builds what ExactNumberHandler would (Int64 for a negative
+  // integer, Uint64 otherwise).
+  bool SimpleValue(rapidjson::Value* out, int depth) {
+    const char c = Peek();
+    if (c == '"') {
+      const size_t start = ++pos_;
+      while (pos_ < json_.size()) {
+        const unsigned char ch = static_cast<unsigned char>(json_[pos_]);
+        if (ch == '"') break;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return false;
+        ++pos_;
+      }
+      if (!Eat('"')) return false;
+      out->SetString(json_.data() + start, static_cast<rapidjson::SizeType>(pos_ - 1 - start),
+                     doc_.GetAllocator());
+      return true;
+    }
+    if (c == '-' || IsDigit(c)) {
+      const bool negative = c == '-';
+      size_t p = pos_ + (negative ? 1 : 0);
+      const size_t digits_start = p;
+      uint64_t v = 0;
+      while (p < json_.size() && IsDigit(json_[p]) && p - digits_start < 19) {
+        v = v * 10 + static_cast<uint64_t>(json_[p] - '0');
+        ++p;
+      }
+      const size_t digits = p - digits_start;
+      if (digits == 0 || digits > 18 || (digits > 1 && json_[digits_start] == '0')) return false;
+      if (p < json_.size() && (IsDigit(json_[p]) || json_[p] == '.' || json_[p] == 'e' ||
+                               json_[p] == 'E')) {
+        return false;
+      }
+      pos_ = p;
+      if (negative) {
+        out->SetInt64(-static_cast<int64_t>(v));
+      } else {
+        out->SetUint64(v);
+      }
+      return true;
+    }
+    for (auto [word, type] : {std::pair{std::string_view("true"), rapidjson::kTrueType},
+                              std::pair{std::string_view("false"), rapidjson::kFalseType},
+                              std::pair{std::string_view("null"), rapidjson::kNullType}}) {
+      if (json_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        *out = rapidjson::Value(type);
+        return true;
+      }
+    }
+    if (depth > 0) return false;
+    if (Eat('[')) {
+      out->SetArray();
+      Space();
+      if (Eat(']')) return true;
+      for (;;) {
+        rapidjson::Value v;
+        if (!SimpleValue(&v, depth + 1)) return false;
+        out->PushBack(v, doc_.GetAllocator());
+        Space();
+        if (Eat(',')) {
+          Space();
+          continue;
+        }
+        return Eat(']');
+      }
+    }
+    if (Eat('{')) {
+      out->SetObject();
+      Space();
+      if (Eat('}')) return true;
+      for (;;) {
+        std::string_view key;
+        if (!Key(&key)) return false;
+        rapidjson::Value v;
+        if (!SimpleValue(&v, depth + 1)) return false;
+        AddMember(*out, key, v);
+        Space();
+        if (Eat(',')) {
+          Space();
+          continue;
+        }
+        return Eat('}');
+      }
+    }
+    return false;
+  }
+  // Any value, by rapidjson (exact numbers), into the document's allocator.
+  bool ParsedValue(rapidjson::Value* out) {
     constexpr unsigned kFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
                                 rapidjson::kParseNumbersAsStringsFlag |
                                 rapidjson::kParseValidateEncodingFlag |

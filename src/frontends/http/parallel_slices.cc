@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/cpu_budget.h"
+#include "common/mutex.h"
 
 namespace inferd::http {
 namespace {
@@ -37,12 +37,12 @@ class SliceHelpers {
     batch.fn = &fn;
     const size_t tickets = std::min(n - 1, threads_);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (size_t t = 0; t < tickets; ++t) queue_.push_back(&batch);
     }
     fn(0);
     for (size_t i; (i = batch.next.fetch_add(1)) < n;) fn(i);
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::erase(queue_, &batch);  // tickets no helper took: nothing left for them to do
     mu_.Await(absl::Condition(+[](Batch* b) { return b->active == 0; }, &batch));
   }
@@ -87,7 +87,7 @@ class SliceHelpers {
   }
 
   size_t threads_ = 0;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<Batch*> queue_ ABSL_GUARDED_BY(mu_);
 };
 
