@@ -296,6 +296,10 @@ std::string Usage() {
   --repository-poll-secs=<n>       poll interval (default 15)
   --load-model=<name>              explicit mode: load at start (repeatable, '*' for all)
   --strict-readiness=<bool>        ready only when every model is ready (default true)
+  --strict-model-config-parameters=<bool>
+                                   refuse a model whose config 'parameters' hold a key its
+                                   backend does not read (default false: load it and log one
+                                   WARNING per such key, as Triton's backends ignore them)
   --exit-on-error=<bool>           exit when a model fails to load at start (default true)
   --disable-auto-complete-config   do not complete configs from model files
   --backend-directory=<path>       where backend libraries loaded on first use live
@@ -442,6 +446,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"repository-poll-secs", set_int("repository-poll-secs", 0, [&](int64_t n) { f.server.poll_secs = static_cast<int>(n); })},
       {"load-model", [&](const std::string& v) { load_models.push_back(v); return absl::OkStatus(); }},
       {"strict-readiness", set_bool("strict-readiness", &f.server.strict_readiness)},
+      {"strict-model-config-parameters",
+       set_bool("strict-model-config-parameters", &f.server.strict_model_config_parameters)},
       {"exit-on-error", set_bool("exit-on-error", &f.server.exit_on_error)},
       {"strict-model-config", [&](const std::string& v) -> absl::Status {
          auto b = ParseBool("strict-model-config", v);

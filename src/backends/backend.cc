@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/logging.h"
 #include "common/strings.h"
 
 namespace inferd::backends {
@@ -30,35 +31,49 @@ absl::StatusOr<std::vector<std::string>> Backend::Configure(
   return unread;
 }
 
-absl::Status CheckConfigSupport(const config::ModelConfig& config, std::string_view backend,
-                                const ConfigSupport& support) {
+absl::Status CheckConfigSupport(const ModelSpec& spec, std::string_view backend,
+                                const ConfigSupport& support, int index) {
+  const config::ModelConfig& config = *spec.config;
   std::vector<std::string> refusals;
-  if (!support.backend_checks_parameters) {
-    auto matches = [](std::string_view known, std::string_view key) {
+  // Logged by the first instance only: once per model version.
+  const bool warn = index == 0;
+  std::vector<std::string> keys;
+  for (const auto& entry : config.parameters()) keys.push_back(entry.first);
+  std::sort(keys.begin(), keys.end());  // the map's order is unspecified
+  for (const std::string& key : keys) {
+    auto unapplied = std::find_if(support.unapplied.begin(), support.unapplied.end(),
+                                  [&](const UnappliedParameter& u) { return u.key == key; });
+    if (unapplied != support.unapplied.end()) {
+      if (warn) {
+        LOG_WARNING << "model '" << config.name() << "' version " << spec.version
+                    << ": config.pbtxt 'parameters' key '" << key << "' has no effect on inferd's "
+                    << backend << " backend: " << unapplied->effect;
+      }
+      continue;
+    }
+    if (support.backend_checks_parameters) continue;
+    auto matches = [&](std::string_view known) {
       if (!known.empty() && known.back() == '*') {
         known.remove_suffix(1);
-        return key.substr(0, known.size()) == known;
+        return std::string_view(key).substr(0, known.size()) == known;
       }
       return key == known;
     };
-    std::vector<std::string> unknown;
-    for (const auto& entry : config.parameters()) {
-      // Not a structured binding: clang 14 (the sanitizer builds) cannot capture one.
-      const std::string& key = entry.first;
-      if (std::none_of(support.parameters.begin(), support.parameters.end(),
-                       [&](std::string_view known) { return matches(known, key); })) {
-        unknown.push_back(key);
-      }
-    }
-    std::sort(unknown.begin(), unknown.end());  // the map's order is unspecified
-    for (const auto& key : unknown) {
+    if (std::any_of(support.parameters.begin(), support.parameters.end(), matches)) continue;
+    const std::string reads =
+        support.parameters.empty()
+            ? std::string("the backend reads no parameters")
+            : inferd::StrCat("the keys it reads: ", inferd::StrJoin(support.parameters, ", "));
+    if (spec.strict_parameters) {
       refusals.push_back(inferd::StrCat(
           "config.pbtxt field 'parameters' key '", key, "' is not supported by inferd's ", backend,
-          " backend (it would be ignored; ",
-          support.parameters.empty() ? std::string("the backend reads no parameters")
-                                     : inferd::StrCat("the keys it reads: ",
-                                                      inferd::StrJoin(support.parameters, ", ")),
-          ")"));
+          " backend (it would be ignored; ", reads,
+          "; --strict-model-config-parameters=false loads the model with a warning)"));
+    } else if (warn) {
+      LOG_WARNING << "model '" << config.name() << "' version " << spec.version
+                  << ": config.pbtxt 'parameters' key '" << key << "' is not read by inferd's "
+                  << backend << " backend and has no effect (" << reads
+                  << "); --strict-model-config-parameters refuses such a model";
     }
   }
   auto reshape = [&](std::string_view kind, const auto& tensors, bool supported) {

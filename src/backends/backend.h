@@ -30,6 +30,9 @@ struct ModelSpec {
   std::string model_path;   // <version_dir>/<default_model_filename>
   int total_instances = 1;  // instances over every group, for the thread budget
   int cpu_cores = 1;
+  // --strict-model-config-parameters: CheckConfigSupport refuses a `parameters` key the backend
+  // does not read, instead of logging a WARNING naming it.
+  bool strict_parameters = false;
   // The server's inference entry point, for backends whose models call other models (the
   // Python backend's BLS); null where the server offers none. Completes the request itself.
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
@@ -109,22 +112,34 @@ class Backend {
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;
 };
 
+// A `parameters` key Triton's backend reads that has no effect here (a GPU setting on a server
+// without one), and what it would have done.
+struct UnappliedParameter {
+  std::string_view key;
+  std::string_view effect;  // "it would ...; <why not here>"
+};
+
 // What of a model configuration a backend implements itself, beyond the fields every backend
 // gets from the server (config/supported_fields.h): the `parameters` keys it reads and whether
 // it applies `reshape`. Each backend declares its own beside its code and calls
-// CheckConfigSupport first thing in CreateInstance, so a key it would ignore fails the load
-// naming the key instead of being ignored.
+// CheckConfigSupport first thing in CreateInstance.
 struct ConfigSupport {
   std::span<const std::string_view> parameters;  // a key ending in '*' names a prefix
-  bool backend_checks_parameters = false;        // it refuses unknown keys itself
+  std::span<const UnappliedParameter> unapplied;  // known keys without effect: a WARNING each
+  bool backend_checks_parameters = false;        // it reads or refuses every key itself
   bool input_reshape = false;
   bool output_reshape = false;
 };
 
-// INVALID_ARGUMENT "model '<m>': config.pbtxt field 'parameters' key '<k>' is not supported by
-// inferd's <backend> backend (...)", or the same for 'input.reshape' / 'output.reshape'.
-absl::Status CheckConfigSupport(const config::ModelConfig& config, std::string_view backend,
-                                const ConfigSupport& support);
+// The rule (issue 26): never refuse what Triton accepts unless serving it would compute a wrong
+// answer. Triton's backends ignore `parameters` keys they do not read, so a key the backend
+// neither reads nor lists as unapplied loads with one WARNING naming it (for instance `index`
+// 0 only, so once per model version), unless spec.strict_parameters: then INVALID_ARGUMENT
+// "model '<m>': config.pbtxt field 'parameters' key '<k>' is not supported by inferd's
+// <backend> backend (...)". An unapplied key always loads with its WARNING. A `reshape` the
+// backend does not apply is refused (the tensor would reach the model in the wrong shape).
+absl::Status CheckConfigSupport(const ModelSpec& spec, std::string_view backend,
+                                const ConfigSupport& support, int index);
 
 // Backends by name ("onnxruntime", "identity"). Filled once at start-up, then read-only.
 class BackendRegistry {

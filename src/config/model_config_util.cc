@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/logging.h"
 #include "common/strings.h"
 #include "common/status_macros.h"
 #include "config/supported_fields.h"
@@ -311,7 +312,9 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
                                                    config->name(), "'; it must match the directory name"));
   }
   // Before any default is filled in: the refusals name what the user wrote.
-  RETURN_IF_ERROR(CheckFieldsSupported(*config, model_name));
+  std::vector<std::string> warnings;
+  RETURN_IF_ERROR(CheckFieldsSupported(*config, model_name, &warnings));
+  for (const auto& w : warnings) LOG_WARNING << w;
   RETURN_IF_ERROR(NormalizePlatformAndBackend(config));
   if (config->backend().empty() && config->platform() != "ensemble") {
     return absl::InvalidArgumentError(inferd::StrCat(

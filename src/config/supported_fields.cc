@@ -29,6 +29,7 @@ struct FieldRule {
 constexpr FieldVerdict kYes = FieldVerdict::kImplemented;
 constexpr FieldVerdict kNoEffect = FieldVerdict::kNoEffect;
 constexpr FieldVerdict kNo = FieldVerdict::kRefused;
+constexpr FieldVerdict kWarn = FieldVerdict::kWarned;
 constexpr Scope kAny = Scope::kAny;
 constexpr Scope kModel = Scope::kBackendModel;
 constexpr Scope kEnsemble = Scope::kEnsemble;
@@ -41,7 +42,11 @@ constexpr FieldRule kRules[] = {
     {"name", kYes},
     {"platform", kYes},
     {"backend", kYes, kModel},
-    {"runtime", kNo, kAny, false, "it names a backend runtime library to load; inferd's backends are built in"},
+    // Issue 26's rule: never refuse what Triton accepts unless serving it would compute a wrong
+    // answer; a field that only changes how (not what) is served loads with one WARNING (kWarn).
+    {"runtime", kWarn, kAny, false,
+     "it names a backend runtime library to load; inferd's backends are built in and 'backend' "
+     "chooses one"},
     {"version_policy", kYes},
     {"version_policy.latest", kYes},
     {"version_policy.latest.num_versions", kYes},
@@ -96,8 +101,9 @@ constexpr FieldRule kRules[] = {
     // onnxruntime backend here logs them as not applying.
     {"optimization.execution_accelerators.gpu_execution_accelerator", kNoEffect, kModel, true,
      "GPU execution providers apply only to GPU instances"},
-    {"optimization.execution_accelerators.cpu_execution_accelerator", kNo, kModel, false,
-     "this build has no CPU execution accelerator (OpenVINO)"},
+    // The onnxruntime backend warns that OpenVINO is not in this build (ONNX Runtime's CPU
+    // provider computes the same results) and refuses a name Triton refuses.
+    {"optimization.execution_accelerators.cpu_execution_accelerator", kYes, kModel, true},
     // Pinned host memory stages copies to and from a GPU. Triton's auto-complete writes
     // `enable: true` for both, so configs copied from its /config endpoint carry them.
     {"optimization.input_pinned_memory", kNoEffect, kModel, true,
@@ -160,8 +166,9 @@ constexpr FieldRule kRules[] = {
     {"sequence_batching.oldest.max_candidate_sequences", kYes, kModel},
     {"sequence_batching.oldest.preferred_batch_size", kYes, kModel},
     {"sequence_batching.oldest.max_queue_delay_microseconds", kYes, kModel},
-    {"sequence_batching.oldest.preserve_ordering", kNo, kModel, false,
-     "responses of different sequences are not held back to arrival order"},
+    {"sequence_batching.oldest.preserve_ordering", kWarn, kModel, false,
+     "responses of different sequences are not held back to arrival order (each sequence's own "
+     "responses keep their order)"},
     {"sequence_batching.iterative_sequence", kNo, kModel, false,
      "iterative sequences (decoupled request rescheduling) are not implemented"},
 
@@ -181,23 +188,26 @@ constexpr FieldRule kRules[] = {
     {"instance_group.name", kYes, kModel},
     {"instance_group.kind", kYes, kModel},  // values: kRefusedValues
     {"instance_group.count", kYes, kModel},
-    {"instance_group.rate_limiter", kNo, kModel, false,
-     "the rate limiter (--rate-limit) is not implemented"},
+    // Triton applies it only under --rate-limit=execution_count (off by default).
+    {"instance_group.rate_limiter", kWarn, kModel, true,
+     "there is no rate limiter (Triton's --rate-limit); instances run whenever they are free"},
     {"instance_group.gpus", kNo, kModel, false, "no GPU is available on this server"},
     {"instance_group.secondary_devices", kNo, kModel, false, "no GPU or DLA is available on this server"},
-    {"instance_group.profile", kNo, kModel, false, "TensorRT optimization profiles"},
-    {"instance_group.passive", kNo, kModel, false,
-     "passive instances (loaded, never scheduled) are not implemented: inferd would send them requests"},
-    {"instance_group.host_policy", kNo, kModel, false, "host policies (--host-policy) are not implemented"},
+    {"instance_group.profile", kWarn, kModel, false,
+     "TensorRT optimization profiles, read only by the TensorRT backend"},
+    {"instance_group.passive", kWarn, kModel, false,
+     "passive instances are not implemented: these instances are scheduled like the others"},
+    {"instance_group.host_policy", kWarn, kModel, false,
+     "host policies (--host-policy: NUMA binding) are not implemented"},
 
     {"default_model_filename", kYes, kModel},
     // Triton picks a file by the GPU's compute capability, for GPU instances only.
     {"cc_model_filenames", kNoEffect, kModel, false,
      "per-GPU model files; CPU instances use default_model_filename"},
-    {"metric_tags", kNo, kAny, false, "labels added to a model's metrics are not implemented"},
-    // Each backend reads its own keys and refuses the others (backends::CheckConfigSupport).
+    {"metric_tags", kWarn, kAny, true, "labels added to a model's metrics are not implemented"},
+    // Each backend reads its own keys and warns of the others (backends::CheckConfigSupport).
     {"parameters", kYes, kModel, true},
-    {"parameters", kNo, kEnsemble, false, "an ensemble has no backend to read them"},
+    {"parameters", kWarn, kEnsemble, true, "an ensemble has no backend to read them"},
 
     // repository/model.cc RunWarmup; Triton refuses warmup in an ensemble too.
     {"model_warmup", kYes, kModel},
@@ -211,7 +221,8 @@ constexpr FieldRule kRules[] = {
     {"model_warmup.inputs.input_data_file", kYes, kModel},
     {"model_warmup.count", kYes, kModel},
 
-    {"model_operations", kNo, kAny, false, "custom operator libraries are not loaded"},
+    {"model_operations", kWarn, kAny, true,
+     "custom operator libraries are not loaded; a model that needs one fails in its backend"},
     // Decoupled models answer 0..N times per request (core/response_sender.h) over gRPC
     // ModelStreamInfer and HTTP generate/generate_stream; ensembles refuse them as steps.
     {"model_transaction_policy", kYes},
@@ -311,6 +322,14 @@ class Walker {
         Add(Refusal(path, {}, c.why));
         continue;
       }
+      if (c.verdict == FieldVerdict::kWarned) {
+        std::string warning =
+            inferd::StrCat("config.pbtxt field '", path, "' has no effect in inferd (", c.why, ")");
+        if (std::find(warnings_.begin(), warnings_.end(), warning) == warnings_.end()) {
+          warnings_.push_back(std::move(warning));
+        }
+        if (subtree) continue;
+      }
       if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM) CheckEnumValues(msg, f, path);
       if (subtree || f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) continue;
       if (f->is_map()) {
@@ -329,6 +348,7 @@ class Walker {
   }
 
   const std::vector<std::string>& refusals() const { return refusals_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   void CheckEnumValues(const pb::Message& msg, const pb::FieldDescriptor* f,
@@ -354,6 +374,7 @@ class Walker {
 
   const bool ensemble_;
   std::vector<std::string> refusals_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace
@@ -384,10 +405,15 @@ std::vector<std::string_view> ConfigFieldTablePaths() {
   return paths;
 }
 
-absl::Status CheckFieldsSupported(const inference::ModelConfig& config,
-                                  std::string_view model_name) {
+absl::Status CheckFieldsSupported(const inference::ModelConfig& config, std::string_view model_name,
+                                  std::vector<std::string>* warnings) {
   Walker walker(config.platform() == "ensemble");
   walker.Walk(config, "");
+  if (warnings != nullptr) {
+    for (const auto& w : walker.warnings()) {
+      warnings->push_back(inferd::StrCat("model '", model_name, "': ", w));
+    }
+  }
   if (walker.refusals().empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       inferd::StrCat("model '", model_name, "': ", inferd::StrJoin(walker.refusals(), "; ")));

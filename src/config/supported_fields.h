@@ -1,8 +1,9 @@
 // Which config.pbtxt fields inferd implements. A field of Triton's schema that inferd parsed and
 // then ignored would load a model that behaves differently from Triton without a word; instead
 // every field set in a config is looked up in one table (supported_fields.cc), and a field that
-// is not implemented, or has no effect here only because this is a CPU server, fails the load
-// with a message naming it.
+// is not implemented fails the load with a message naming it where ignoring it would change an
+// answer, and loads with one WARNING naming it where it would not (issue 26: never refuse what
+// Triton accepts unless serving it would compute a wrong answer).
 //
 // Backends add their own part: the `parameters` keys each one reads and whether it applies
 // `reshape` are checked by backends::CheckConfigSupport when an instance is created.
@@ -20,6 +21,7 @@ namespace inferd::config {
 enum class FieldVerdict {
   kImplemented,  // behaves as in Triton
   kNoEffect,     // accepted: it has no effect in Triton either on a CPU-only server
+  kWarned,       // accepted with one WARNING: not implemented, but ignoring it changes no answer
   kRefused,      // the load fails naming the field
 };
 
@@ -42,7 +44,10 @@ std::vector<std::string_view> ConfigFieldTablePaths();
 
 // Walks every field `config` sets (recursively, repeated and map fields included) and refuses
 // those ClassifyConfigField refuses: INVALID_ARGUMENT "model '<m>': config.pbtxt field '<path>'
-// is not supported by inferd (<why>)", every refused field named, "; "-separated.
-absl::Status CheckFieldsSupported(const inference::ModelConfig& config, std::string_view model_name);
+// is not supported by inferd (<why>)", every refused field named, "; "-separated. The kWarned
+// fields set are appended to `warnings` (when given), one line each: "model '<m>': config.pbtxt
+// field '<path>' has no effect in inferd (<why>)".
+absl::Status CheckFieldsSupported(const inference::ModelConfig& config, std::string_view model_name,
+                                  std::vector<std::string>* warnings = nullptr);
 
 }  // namespace inferd::config

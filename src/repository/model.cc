@@ -156,6 +156,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   spec.version = version;
   spec.model_path = inferd::StrCat(spec.version_dir, "/", config.default_model_filename());
   spec.cpu_cores = options.cpu_cores;
+  spec.strict_parameters = options.strict_parameters;
   spec.total_instances = 0;
   for (const auto& g : config.instance_group()) spec.total_instances += g.count();
 
@@ -201,6 +202,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     LOG_INFO << "loaded ensemble '" << config.name() << "' version " << version << ": "
              << config.ensemble_scheduling().step_size() << " step(s)";
+    model->loaded_ = true;
     return model;
   }
 
@@ -287,11 +289,18 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
            << ", warmup "
            << config.model_warmup_size() << " sample(s) in " << warmup_secs << " s, total " << secs
            << " s";
+  model->loaded_ = true;
   return model;
 }
 
 Model::~Model() {
+  const auto start = std::chrono::steady_clock::now();
   if (scheduler_) scheduler_->Shutdown();
+  scheduler_.reset();  // the instances: their memory is what the unload frees
+  if (!loaded_) return;  // a load that failed part way: its error was logged
+  LOG_INFO << "successfully unloaded '" << config_.name() << "' version " << version_ << " in "
+           << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+           << " s, freed " << footprint_bytes_.load(std::memory_order_relaxed) << " bytes";
 }
 
 bool Model::InstancesReady() const {

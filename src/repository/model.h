@@ -3,6 +3,8 @@
 // its reference on unload and the destructor drains what is in flight.
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +26,8 @@ std::string NamespacedName(std::string_view ns, std::string_view name);
 
 struct LoadOptions {
   int cpu_cores = 1;
+  // --strict-model-config-parameters (backends::ModelSpec::strict_parameters).
+  bool strict_parameters = false;
   size_t max_queue_size = 4096;
   // --metrics-config: which latency histograms and summaries each model records.
   metrics::LatencyMetricsConfig latency_metrics;
@@ -49,12 +53,18 @@ class Model {
                                                      const std::string& model_dir,
                                                      int64_t version, backends::Backend* backend,
                                                      const LoadOptions& options);
-  ~Model();  // Completes everything queued, then frees the instances.
+  // Completes everything queued, then frees the instances; a model that finished loading logs
+  // "successfully unloaded '<name>' version <v> in <s> s, freed <bytes> bytes" (Triton's
+  // wording), whichever route dropped its last reference (unload, eviction, poll, reload,
+  // SageMaker, shutdown).
+  ~Model();
 
   const config::ModelConfig& config() const { return config_; }
   int64_t version() const { return version_; }
   double load_seconds() const { return load_seconds_; }
   const std::string& model_namespace() const { return model_namespace_; }
+  // The memory the repository accounts to this version (its footprint), for the unload line.
+  void set_footprint_bytes(int64_t bytes) { footprint_bytes_.store(bytes, std::memory_order_relaxed); }
   metrics::ModelStats& stats() const { return *stats_; }
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
@@ -75,6 +85,8 @@ class Model {
   config::ModelConfig backend_config_;
   int64_t version_ = 0;
   double load_seconds_ = 0;
+  bool loaded_ = false;  // Load completed: the destructor logs the unload
+  std::atomic<int64_t> footprint_bytes_{0};
   std::string model_namespace_;
   std::unique_ptr<metrics::ModelStats> stats_;
   std::shared_ptr<const LabelMap> labels_;

@@ -227,7 +227,9 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
   RETURN_IF_ERROR(config::NormalizePlatformAndBackend(&cfg));
   std::vector<int64_t> versions = ListVersions(dir);
   if (cfg.backend().empty() && cfg.platform().empty()) {
-    // No config says which backend: recognise the model file, as Triton does.
+    // No config says which backend: recognise the model file, as Triton core's
+    // AutoCompleteBackendFields does (model.py picks the Python backend, whose
+    // auto_complete_config then fills in the rest).
     for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
       std::string vdir = inferd::StrCat(dir, "/", *it);
       if (fs::exists(vdir + "/model.onnx")) {
@@ -240,12 +242,17 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
         cfg.set_platform("pytorch_libtorch");
         break;
       }
+      if (fs::exists(vdir + "/model.py")) {
+        cfg.set_backend("python");
+        break;
+      }
     }
   }
   if (cfg.backend().empty() && cfg.platform().empty()) {
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", name, "': cannot tell which backend serves it: config.pbtxt sets neither "
-        "'backend' nor 'platform', and no version folder holds model.onnx or model.pt"));
+        "'backend' nor 'platform', and no version folder holds model.onnx, model.pt or "
+        "model.py"));
   }
   backends::Backend* backend = backends_->Find(cfg.backend());
   if (backend == nullptr && cfg.platform() != "ensemble") {
@@ -462,6 +469,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     VersionSlot slot;
     absl::StatusOr<std::shared_ptr<Model>> model;
     int64_t grown = 0;
+    const auto version_start = std::chrono::steady_clock::now();
     {
       // Under a budget with RSS accounting, instance creation runs one model at a time so
       // the RSS growth is this version's own.
@@ -485,8 +493,13 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     }
     if (model.ok()) {
       slot.state = ModelState::kReady;
-      slot.model = *std::move(model);
       slot.footprint = options_.footprint_from_disk ? on_disk[v] : std::max(grown, on_disk[v]);
+      (*model)->set_footprint_bytes(slot.footprint);
+      slot.model = *std::move(model);
+      // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
+      // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
+      LOG_INFO << "successfully loaded '" << cfg->name() << "' version " << v << " in "
+               << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
     } else {
       slot.state = ModelState::kUnavailable;
       slot.reason = std::string(model.status().message());

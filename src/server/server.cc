@@ -27,6 +27,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.repositories = options_.repositories;
   lo.auto_complete = options_.auto_complete;
   lo.load.cpu_cores = options_.cpu_cores;
+  lo.load.strict_parameters = options_.strict_model_config_parameters;
   lo.load.max_queue_size = options_.max_queue_size;
   lo.load.latency_metrics = options_.latency_metrics;
   lo.sources = options_.sources;
@@ -50,10 +51,13 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
 Server::~Server() { Shutdown(); }
 
 const std::vector<std::string>& Server::Extensions() {
+  // Triton's list (core's InferenceServer constructor), in its order, less cuda_shared_memory:
+  // register is refused here (no GPU); unregister and status answer as a no-op so that clients'
+  // teardown (perf_analyzer's) succeeds, which is not the extension.
   static const std::vector<std::string> kExtensions = {
-      "binary_tensor_data", "classification", "statistics", "model_configuration", "model_repository",
-      "model_repository(unload_dependents)", "schedule_policy", "system_shared_memory",
-      "trace", "logging"};
+      "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+      "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data",
+      "parameters", "statistics", "trace", "logging"};
   return kExtensions;
 }
 

@@ -43,6 +43,9 @@ struct ServerOptions {
   bool strict_readiness = true;
   bool exit_on_error = true;
   bool auto_complete = true;
+  // --strict-model-config-parameters: refuse a `parameters` key the backend does not read
+  // (backends::CheckConfigSupport) instead of loading with a WARNING naming it.
+  bool strict_model_config_parameters = false;
   // --model-config-name: each model's config is <model>/configs/<name>.pbtxt where that file
   // exists (config::ModelConfigPath), config.pbtxt otherwise.
   std::string model_config_name;

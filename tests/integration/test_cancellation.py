@@ -134,6 +134,47 @@ def test_disconnected_client_queued_request_never_runs(server_factory, tmp_path,
     assert post_infer(srv).status_code == 200
 
 
+def request_and_close_at_once(srv, model="slow", body=BODY):
+    """Sends a whole infer request and closes in the same breath: the request and the FIN
+    reach the server together, in one read (issue 26)."""
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+              + body)
+    s.close()
+
+
+@pytest.mark.parametrize("extra", SCHEDULERS)
+def test_clients_that_close_at_once_cancel_their_queued_requests(server_factory, tmp_path, extra):
+    """Nine clients each send a request to a slow model and close the socket at once, while one
+    request runs: the nine never run (before: the FIN read together with the request was
+    missed, and all ten executed)."""
+    srv = server_factory([slow_model(tmp_path, delay_ms=3000, max_batch=1, extra=extra)])
+    first = in_background(post_infer, srv, "slow", BODY, 120)
+    # The first one executing (in the server, none pending): the nine queue behind it.
+    wait_for(lambda: gauges(srv) == (1, 0), 60, "the first request to run")
+    for _ in range(9):
+        request_and_close_at_once(srv)
+    wait_for(lambda: failures(srv).get("CANCELED", 0) == 9, 60, "the nine cancellations")
+    r, _ = first()
+    assert r.status_code == 200, r.text
+    s = stats(srv)
+    assert s["inference_count"] == 1 and s["execution_count"] == 1, s  # only the first ran
+    assert post_infer(srv, timeout=120).status_code == 200
+
+
+def gauges(srv, model="slow"):
+    """(requests in the server, requests pending) for `model`, from the Prometheus endpoint."""
+    text = requests.get(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text
+    got = {}
+    for line in text.splitlines():
+        for family in ("inferd_inference_in_flight_request_count", "nv_inference_pending_request_count"):
+            if line.startswith(family + "{") and f'model="{model}"' in line:
+                got[family] = int(float(line.rsplit(" ", 1)[1]))
+    return (got.get("inferd_inference_in_flight_request_count"),
+            got.get("nv_inference_pending_request_count"))
+
+
 @pytest.mark.parametrize("extra", SCHEDULERS)
 def test_running_request_of_a_gone_client_stops(server_factory, tmp_path, extra):
     srv = server_factory([slow_model(tmp_path, delay_ms=3000, extra=extra)])
@@ -495,25 +536,42 @@ def test_libtorch_forward_stops_when_its_client_leaves(server_factory, tmp_path)
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     body = json.dumps({"inputs": [{"name": "INPUT__0", "shape": [4, 4], "datatype": "FP32",
                                    "data": x.reshape(-1).tolist()}]}).encode()
-    r = post_infer(srv, "slow_torch", body)  # TorchScript's profiling runs come first
+    # A loaded machine may take well over the default 30 s per run (issue 26): the read timeout
+    # is no measure of the stop, which the timings below check relative to a run's own time.
+    slow = 600
+    r = post_infer(srv, "slow_torch", body, timeout=slow)  # TorchScript's profiling runs first
     assert r.status_code == 200, r.text
-    assert post_infer(srv, "slow_torch", body).status_code == 200
-    t0 = time.monotonic()
-    r = post_infer(srv, "slow_torch", body)
-    full = time.monotonic() - t0
-    assert r.status_code == 200, r.text
+    assert post_infer(srv, "slow_torch", body, timeout=slow).status_code == 200
     expected = x @ np.linalg.matrix_power(w, n)
-    np.testing.assert_array_equal(np.array(r.json()["outputs"][0]["data"]).reshape(4, 4), expected)
-    if full < 0.8:
-        pytest.skip(f"the matmul loop ran in {full:.2f}s, too fast to cancel in the middle")
-    raw_request_then_close(srv, "slow_torch", hold=full * 0.25, body=body)
-    t1 = time.monotonic()
-    r = post_infer(srv, "slow_torch", body)
-    waited = time.monotonic() - t1
-    assert r.status_code == 200, r.text
-    # Without the stop the follow-up waits for the rest of the abandoned run (~0.75 of a run)
-    # plus its own run.
-    assert waited < full * 1.45, f"follow-up waited {waited:.2f}s, one run takes {full:.2f}s"
+    runs = 2
+    # Each attempt: time a full run, abandon one a quarter in, time the follow-up. Without the
+    # stop the follow-up waits for the rest of the abandoned run (~0.75 of a run) plus its own,
+    # ~1.75 runs, in every attempt; with it ~1 run. Load on a shared machine can stretch one
+    # attempt's follow-up past the bound, so three attempts are allowed: a backend that does not
+    # stop fails them all.
+    attempts = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        r = post_infer(srv, "slow_torch", body, timeout=slow)
+        full = time.monotonic() - t0
+        runs += 1
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(np.array(r.json()["outputs"][0]["data"]).reshape(4, 4),
+                                      expected)
+        if full < 0.8:
+            pytest.skip(f"the matmul loop ran in {full:.2f}s, too fast to cancel in the middle")
+        raw_request_then_close(srv, "slow_torch", hold=full * 0.25, body=body)
+        t1 = time.monotonic()
+        r = post_infer(srv, "slow_torch", body, timeout=slow)
+        waited = time.monotonic() - t1
+        runs += 1  # the abandoned run counts as a failure (CANCELED), not an inference
+        assert r.status_code == 200, r.text
+        attempts.append((full, waited))
+        if waited < full * 1.45:
+            break
+    else:
+        raise AssertionError(f"the follow-up waited for the abandoned run in every attempt "
+                             f"(one run, follow-up wait in s): {attempts}")
     s = stats(srv, "slow_torch")
-    assert s["inference_count"] == 4 and s["execution_count"] == 4, s
-    assert failures(srv, "slow_torch")["CANCELED"] == 1
+    assert s["inference_count"] == runs and s["execution_count"] == runs, s
+    assert failures(srv, "slow_torch")["CANCELED"] == len(attempts)

@@ -3,6 +3,8 @@ a reason naming the field, in the repository index, while every other model keep
 The whole schema is walked in tests/unit/config_coverage_test.cc; these are the real server's
 load paths (start-up, the repository load API with a config override)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -18,16 +20,14 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
 
 # model name -> (what its config adds to `simple`'s, what the reason must say)
 REFUSED = {
-    "seq": ("sequence_batching { oldest { preserve_ordering: true } }\n",
-            "config.pbtxt field 'sequence_batching.oldest.preserve_ordering' is not supported "
+    "seq": ("sequence_batching { iterative_sequence: true }\n",
+            "config.pbtxt field 'sequence_batching.iterative_sequence' is not supported "
             "by inferd"),
-    "unknown_param": ('parameters { key: "intra_op_threads" value: { string_value: "1" } }\n',
-                      "config.pbtxt field 'parameters' key 'intra_op_threads' is not supported "
-                      "by inferd's onnxruntime backend"),
     "gpu": ("instance_group [ { count: 1 kind: KIND_GPU } ]\n",
             "config.pbtxt field 'instance_group.kind' value KIND_GPU is not supported by inferd"),
-    "limited": ("instance_group [ { count: 1 kind: KIND_CPU rate_limiter { priority: 2 } } ]\n",
-                "config.pbtxt field 'instance_group.rate_limiter' is not supported by inferd"),
+    "shape_tensor": ('input [ { name: "SHAPE" data_type: TYPE_INT32 dims: [ 1 ] '
+                     'is_shape_tensor: true } ]\n',
+                     "config.pbtxt field 'input.is_shape_tensor' is not supported by inferd"),
 }
 
 
@@ -115,8 +115,9 @@ def test_refusal_through_the_load_api_with_a_config_override(make_repo, server_f
     check_simple(srv, "simple")
 
 
-def test_ensemble_refuses_what_it_would_ignore(make_repo, server_factory):
-    """An ensemble has no backend: parameters (and instance groups, warmup, ...) are refused."""
+def test_ensemble_parameters_load_with_a_warning(make_repo, server_factory):
+    """An ensemble has no backend to read parameters: Triton accepts them, so inferd loads the
+    ensemble with one WARNING naming the field (issue 26; refused before)."""
     repo = make_repo({"simple": "simple", "pipe": "simple"})
     (repo / "pipe" / "1" / "model.onnx").unlink()
     (repo / "pipe" / "config.pbtxt").write_text('name: "pipe"\nplatform: "ensemble"\n'
@@ -127,12 +128,11 @@ ensemble_scheduling { step [ { model_name: "simple" model_version: -1
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 """)
     srv = server_factory([repo], ["--exit-on-error=false", "--strict-readiness=false"])
-    srv.wait_until(lambda: "pipe" in index(srv), 30, "pipe in the index")
-    entry = index(srv)["pipe"]
-    assert entry["state"] == "UNAVAILABLE"
-    assert ("config.pbtxt field 'parameters' is not supported by inferd (an ensemble has no "
-            "backend to read them") in entry["reason"], entry
-    check_simple(srv, "simple")
+    srv.wait_until(lambda: srv.get("/v2/models/pipe/ready").status_code == 200, 60, "pipe ready")
+    check_simple(srv, "pipe")
+    log = Path(srv.log_path).read_text(errors="replace")
+    assert log.count("model 'pipe': config.pbtxt field 'parameters' has no effect in inferd "
+                     "(an ensemble has no backend to read them)") == 1, log
 
 
 def test_reshape_a_backend_does_not_apply_is_refused(make_repo, server_factory):

@@ -46,6 +46,7 @@ def test_health_and_server_metadata(stub, pb):
     md = stub.ServerMetadata(m.ServerMetadataRequest())
     assert md.name == "inferd"
     assert {"binary_tensor_data", "statistics", "model_repository"} <= set(md.extensions)
+    assert {"sequence", "parameters"} <= set(md.extensions)  # issue 26
     assert stub.ModelReady(m.ModelReadyRequest(name="simple")).ready
     assert stub.ModelReady(m.ModelReadyRequest(name="simple", version="1")).ready
     assert not stub.ModelReady(m.ModelReadyRequest(name="nope")).ready

@@ -7,6 +7,11 @@ from v2client import (assert_4xx, assert_error, assert_unavailable, infer, make_
                       parse_response)
 
 REQUIRED_EXTENSIONS = {"binary_tensor_data", "classification", "model_repository", "statistics"}
+# Triton's list (core's InferenceServer constructor), less cuda_shared_memory (no GPU here).
+TRITON_EXTENSIONS = ["classification", "sequence", "model_repository",
+                     "model_repository(unload_dependents)", "schedule_policy", "model_configuration",
+                     "system_shared_memory", "binary_tensor_data", "parameters", "statistics",
+                     "trace", "logging"]
 
 
 def test_server_live(server):
@@ -27,6 +32,8 @@ def test_server_metadata(server):
     assert isinstance(md["version"], str) and md["version"]
     assert isinstance(md["extensions"], list)
     assert REQUIRED_EXTENSIONS <= set(md["extensions"]), md["extensions"]
+    # Issue 26: 'sequence' and 'parameters' were missing, which inferd implements.
+    assert md["extensions"] == TRITON_EXTENSIONS
 
 
 def _tensor(md_list, name):

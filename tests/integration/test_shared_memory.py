@@ -213,11 +213,20 @@ def test_infer_rejects_bad_references(srv, regions):
     assert srv.post("/v2/models/simple/infer", json=simple_request()).status_code == 200
 
 
-def test_cuda_shared_memory_is_not_supported(srv, pb):
-    for path, method in [("/v2/cudasharedmemory/status", srv.get),
-                         ("/v2/cudasharedmemory/region/c/register", srv.post),
-                         ("/v2/cudasharedmemory/region/c/unregister", srv.post)]:
-        assert_error(method(path), 501, "CUDA shared memory is not supported")
+def test_cuda_shared_memory_register_is_refused_and_teardown_succeeds(srv, pb):
+    # Issue 26: as Triton built without GPU support, only register is refused; unregister (all,
+    # or a name) succeeds as a no-op and status lists no region, so perf_analyzer's
+    # --shared-memory teardown (which always unregisters CUDA regions) ends cleanly.
+    assert_error(srv.post("/v2/cudasharedmemory/region/c/register",
+                          json={"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}),
+                 501, "CUDA shared memory is not supported")
+    for path in ("/v2/cudasharedmemory/unregister", "/v2/cudasharedmemory/region/c/unregister"):
+        r = srv.post(path)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+    r = srv.get("/v2/cudasharedmemory/status")
+    assert r.status_code == 200 and r.json() == [], r.text
+    assert_error(srv.get("/v2/cudasharedmemory/region/c/status"), 404,
+                 "unable to find cuda shared memory region: 'c'")
     import grpc
     pb2, pb2_grpc = pb
     stub = pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}"))
@@ -226,6 +235,14 @@ def test_cuda_shared_memory_is_not_supported(srv, pb):
                                       timeout=10)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not supported" in e.value.details()
+    stub.CudaSharedMemoryUnregister(pb2.CudaSharedMemoryUnregisterRequest(), timeout=10)
+    stub.CudaSharedMemoryUnregister(pb2.CudaSharedMemoryUnregisterRequest(name="c"), timeout=10)
+    assert len(stub.CudaSharedMemoryStatus(pb2.CudaSharedMemoryStatusRequest(), timeout=10).regions) == 0
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CudaSharedMemoryStatus(pb2.CudaSharedMemoryStatusRequest(name="c"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    # The system regions are untouched by a CUDA unregister of all.
+    assert srv.get("/v2/systemsharedmemory/status").status_code == 200
 
 
 def test_grpc_round_trip_and_errors(srv, regions, pb):

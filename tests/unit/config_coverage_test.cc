@@ -292,27 +292,46 @@ TEST(ConfigCoverageTest, SettingsWithoutEffectOnACpuServerAreAccepted) {
   EXPECT_TRUE(Check("optimization.priority", false, "PRIORITY_MAX").accepted);
 }
 
+// Issue 26: fields Triton accepts whose absence here changes no answer load, with one WARNING
+// line each naming the field.
+TEST(ConfigCoverageTest, FieldsThatChangeNoAnswerLoadWithAWarning) {
+  for (const auto& [path, named] : std::vector<std::pair<std::string, std::string>>{
+           {"sequence_batching.oldest.preserve_ordering", "sequence_batching.oldest.preserve_ordering"},
+           {"instance_group.rate_limiter.priority", "instance_group.rate_limiter"},
+           {"metric_tags", "metric_tags"},
+           {"model_operations.op_library_filename", "model_operations"},
+           {"runtime", "runtime"},
+           {"instance_group.passive", "instance_group.passive"},
+           {"instance_group.host_policy", "instance_group.host_policy"},
+           {"instance_group.profile", "instance_group.profile"}}) {
+    SCOPED_TRACE(path);
+    EXPECT_TRUE(Check(path, false).accepted) << Check(path, false).message;
+    EXPECT_EQ(ClassifyConfigField(path, false).verdict, FieldVerdict::kWarned);
+    for (const Chain& chain : AllChains()) {
+      if (PathOf(chain) != path) continue;
+      ModelConfig cfg = WithField(BackendModel(), chain, ValuesToTry(chain.back()).front());
+      std::vector<std::string> warnings;
+      ASSERT_TRUE(CheckFieldsSupported(cfg, cfg.name(), &warnings).ok());
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_THAT(warnings[0], HasSubstr("model 'm': config.pbtxt field '" + named +
+                                         "' has no effect in inferd ("));
+    }
+  }
+  EXPECT_TRUE(Check("parameters", /*ensemble=*/true).accepted);
+  EXPECT_TRUE(Check("optimization.execution_accelerators.cpu_execution_accelerator.name", false).accepted);
+}
+
 // Parsed and then ignored before issue 16: each is refused by name now.
 TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"sequence_batching.oldest.preserve_ordering", "sequence_batching.oldest.preserve_ordering"},
       {"sequence_batching.iterative_sequence", "sequence_batching.iterative_sequence"},
-      {"instance_group.rate_limiter.priority", "instance_group.rate_limiter"},
       {"batch_input.kind", "batch_input"},
       {"batch_output.target_name", "batch_output"},
       {"model_repository_agents.agents.name", "model_repository_agents"},
-      {"metric_tags", "metric_tags"},
-      {"model_operations.op_library_filename", "model_operations"},
-      {"runtime", "runtime"},
       {"input.is_shape_tensor", "input.is_shape_tensor"},
       {"output.is_non_linear_format_io", "output.is_non_linear_format_io"},
       {"instance_group.gpus", "instance_group.gpus"},
-      {"instance_group.passive", "instance_group.passive"},
-      {"instance_group.host_policy", "instance_group.host_policy"},
-      {"instance_group.profile", "instance_group.profile"},
       {"instance_group.secondary_devices.device_id", "instance_group.secondary_devices"},
-      {"optimization.execution_accelerators.cpu_execution_accelerator.name",
-       "optimization.execution_accelerators.cpu_execution_accelerator"},
       {"ensemble_scheduling", "ensemble_scheduling"},  // in a backend model
   };
   for (const auto& [path, named] : refused) {
@@ -329,8 +348,9 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
                                      kind + " is not supported by inferd"));
   }
   // As Triton does: an ensemble has no instances, optimization, warmup or backend.
+  // (`parameters` loads with a WARNING since issue 26: FieldsThatChangeNoAnswerLoadWithAWarning.)
   for (const char* path : {"instance_group", "optimization.graph.level", "model_warmup.name",
-                           "parameters", "input.reshape", "input.optional",
+                           "input.reshape", "input.optional",
                            "ensemble_scheduling.step.model_namespace", "dynamic_batching"}) {
     SCOPED_TRACE(path);
     Outcome o = Check(path, true);
@@ -351,10 +371,10 @@ TEST(ConfigCoverageTest, RefusalMessageSaysWhatToDo) {
   cfg = Parse(R"pb(
     name: "m" backend: "identity"
     instance_group [ { kind: KIND_GPU }, { kind: KIND_GPU count: 2 } ]
-    metric_tags { key: "a" value: "b" })pb");
+    batch_input [ { kind: BATCH_ELEMENT_COUNT } ])pb");
   st = NormalizeAndValidate(&cfg, "m");
   EXPECT_THAT(st.message(), HasSubstr("field 'instance_group.kind' value KIND_GPU"));
-  EXPECT_THAT(st.message(), HasSubstr("field 'metric_tags'"));
+  EXPECT_THAT(st.message(), HasSubstr("field 'batch_input'"));
   EXPECT_EQ(st.message().find("KIND_GPU"), st.message().rfind("KIND_GPU is"));
 }
 

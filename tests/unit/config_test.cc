@@ -140,7 +140,7 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ])", "c");
 // Every load path goes through NormalizeAndValidate: it refuses what inferd would ignore
 // (the whole table is tested in config_coverage_test.cc).
 TEST(ModelConfigTest, NormalizeRefusesFieldsInferdWouldIgnore) {
-  for (const char* field : {"sequence_batching { oldest { preserve_ordering: true } }",
+  for (const char* field : {"sequence_batching { iterative_sequence: true }",
                             "instance_group [ { kind: KIND_MODEL } ]",
                             "model_repository_agents { agents [ { name: \"checksum\" } ] }",
                             "batch_input [ { kind: BATCH_ELEMENT_COUNT } ]"}) {

@@ -223,32 +223,59 @@ TEST(InferCodecTest, StatusCodes) {
 namespace inferd::http {
 namespace {
 
-// Issue 16: 'data' nested deeper or shallower than the shape, or with a row of the wrong
-// length, is refused naming the input; flat data and data nested like the shape are accepted.
-TEST(InferCodecNestingTest, NestingFollowsTheShape) {
-  auto parse = [](const char* data) {
-    return ParseInferRequest(inferd::StrCat(R"({"inputs":[{"name":"x","shape":[2,3],"datatype":"INT32","data":)",
-                                            data, "}]}"),
+// Issue 26: 'data' nested in any way (deeper or shallower than the shape, ragged, with empty
+// arrays) is flattened in row-major order and only its element count is checked, as Triton 2.59.1
+// does; a count that disagrees with the shape, or malformed text, is refused naming the input.
+TEST(InferCodecNestingTest, AnyNestingIsFlattenedAndOnlyTheCountChecked) {
+  auto parse = [](const char* data, const char* datatype = "INT32") {
+    return ParseInferRequest(inferd::StrCat(R"({"inputs":[{"name":"x","shape":[2,3],"datatype":")",
+                                            datatype, R"(","data":)", data, "}]}"),
                              std::nullopt, nullptr);
   };
-  for (const char* ok : {"[1,2,3,4,5,6]", "[[1,2,3],[4,5,6]]", " [ [1, 2,3] ,[4,5,6] ] "}) {
-    auto r = parse(ok);
-    ASSERT_TRUE(r.ok()) << ok << ": " << r.status();
-    std::vector<int32_t> got(6);
-    std::memcpy(got.data(), r->request->inputs[0].data.data(), 24);
-    EXPECT_EQ(got, (std::vector<int32_t>{1, 2, 3, 4, 5, 6})) << ok;
+  for (const char* datatype : {"INT32", "FP32", "BYTES"}) {
+    const bool bytes = std::string_view(datatype) == "BYTES";
+    std::vector<std::string> forms = {"[1,2,3,4,5,6]", "[[1,2,3],[4,5,6]]", " [ [1, 2,3] ,[4,5,6] ] ",
+                                      "[[[1,2,3]],[[4,5,6]]]", "[[1,2],[3,4],[5,6]]",
+                                      "[[1,2,3,4],[5,6]]", "[[1,2,3],4,5,6]", "[1,2,3,[4,5,6]]",
+                                      "[[[[1]]],[],[2,[3,[4]]],5,[[6]]]", "[[[1,2,3,4,5,6]]]"};
+    for (std::string form : forms) {
+      if (bytes) {  // the DOM path: strings
+        std::string quoted;
+        for (char c : form) {
+          if (c >= '1' && c <= '6') quoted += inferd::StrCat("\"", std::string(1, c), "\"");
+          else quoted += c;
+        }
+        form = quoted;
+      }
+      auto r = parse(form.c_str(), datatype);
+      ASSERT_TRUE(r.ok()) << datatype << " " << form << ": " << r.status();
+      const std::string_view got = r->request->inputs[0].data;
+      if (std::string_view(datatype) == "INT32") {
+        EXPECT_EQ(As<int32_t>(got), (std::vector<int32_t>{1, 2, 3, 4, 5, 6})) << form;
+      } else if (std::string_view(datatype) == "FP32") {
+        EXPECT_EQ(As<float>(got), (std::vector<float>{1, 2, 3, 4, 5, 6})) << form;
+      } else {
+        EXPECT_EQ(got.size(), 6 * 5u) << form;  // six 4-byte lengths and six 1-byte strings
+        EXPECT_EQ(got.substr(4, 1), "1") << form;
+        EXPECT_EQ(got.substr(29, 1), "6") << form;
+      }
+    }
   }
-  for (const char* bad : {"[[[1,2,3]],[[4,5,6]]]", "[[1,2],[3,4],[5,6]]", "[[1,2,3,4],[5,6]]",
-                          "[[1,2,3],4,5,6]", "[1,2,3,[4,5,6]]", "[[1,2,3],[4,5,6]", "[1,2,3,4,5,6,]",
-                          "[01,2,3,4,5,6]", "[1.,2,3,4,5,6]"}) {
-    auto r = parse(bad);
-    ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  for (const char* malformed : {"[[1,2,3],[4,5,6]", "[1,2,3,4,5,6,]", "[01,2,3,4,5,6]",
+                                "[1.,2,3,4,5,6]", "[[1,2,3],[4,5,6],]"}) {
+    auto r = parse(malformed);
+    ASSERT_FALSE(r.ok()) << malformed;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << malformed;
   }
-  EXPECT_THAT(std::string(parse("[[[1,2,3]],[[4,5,6]]]").status().message()),
-              ::testing::HasSubstr("input 'x': 'data' is nested 3 levels deep"));
-  EXPECT_THAT(std::string(parse("[[1,2],[3,4],[5,6]]").status().message()),
-              ::testing::HasSubstr("input 'x': a row of 'data'"));
+  for (const char* miscounted : {"[[1,2,3],[4,5]]", "[[[1,2,3]],[[4,5,6,7]]]", "[[],[]]", "[[[]]]"}) {
+    auto r = parse(miscounted);
+    ASSERT_FALSE(r.ok()) << miscounted;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << miscounted;
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("input 'x': shape [2,3] needs 6"))
+        << miscounted;
+  }
+  EXPECT_THAT(std::string(parse("[[[1,2,3]],[[4,5]]]").status().message()),
+              ::testing::HasSubstr("input 'x': shape [2,3] needs 6 elements but 'data' has 5"));
 }
 
 // The fast_float path keeps JSON's number grammar: what JSON refuses is 400 with the offset of
@@ -419,8 +446,13 @@ TEST(InferCodecJsonNumbersTest, LargeArraysInSlices) {
   std::string nested = "[[" + data.substr(0, data.find(',', data.size() / 2)) + "],[" +
                        data.substr(data.find(',', data.size() / 2) + 1) + "]]";
   auto rows = ParseInferRequest(request("FP64", std::to_string(kN), nested), std::nullopt, nullptr);
-  ASSERT_FALSE(rows.ok());  // rows of unequal length for a shape of one dimension
-  EXPECT_THAT(std::string(rows.status().message()), HasSubstr("nested 2 levels deep"));
+  // Rows of unequal length for a shape of one dimension: flattened, as Triton does (the same
+  // numbers as the flat form, parsed serially).
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  auto flat = ParseInferRequest(request("FP64", std::to_string(kN), "[" + data + "]"), std::nullopt,
+                                nullptr);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_TRUE(rows->request->inputs[0].data == flat->request->inputs[0].data);
 }
 
 

@@ -2,6 +2,7 @@
 #include "tools/perf/perf_lib.h"
 
 #include <cstring>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -81,16 +82,27 @@ TEST(PerfOptionsTest, SharedMemory) {
 TEST(PerfDataTest, TensorBytes) {
   TensorSpec fp{"X", "FP32", {2, 3}};
   EXPECT_EQ(MakeTensorBytes(fp, "zero", 1), std::string(24, '\0'));
-  std::string r = MakeTensorBytes(fp, "random", 1);
-  ASSERT_EQ(r.size(), 24u);
-  for (int i = 0; i < 6; ++i) {
+  // perf_analyzer's convention (issue 26): random bytes, so FP32 values span the whole range
+  // (before: [0, 1), a third less compute on ResNet-50 than perf_analyzer's data).
+  TensorSpec big{"X", "FP32", {4096}};
+  std::string r = MakeTensorBytes(big, "random", 1);
+  ASSERT_EQ(r.size(), 4096u * 4);
+  int outside_unit = 0, negative = 0;
+  for (int i = 0; i < 4096; ++i) {
     float f;
     std::memcpy(&f, r.data() + 4 * i, 4);
-    EXPECT_GE(f, 0.f);
-    EXPECT_LT(f, 1.f);
+    if (!(f >= 0.f && f < 1.f)) ++outside_unit;
+    if ((static_cast<unsigned char>(r[4 * i + 3]) >> 7) == 1) ++negative;  // the sign bit
   }
+  EXPECT_GT(outside_unit, 2048);  // about three in four
+  EXPECT_GT(negative, 1500);  // about half
+  EXPECT_NE(MakeTensorBytes(big, "random", 1), MakeTensorBytes(big, "random", 2));
   TensorSpec bytes{"S", "BYTES", {3}};
   EXPECT_EQ(MakeTensorBytes(bytes, "zero", 1), std::string(12, '\0'));  // three empty strings
+  const std::string strings = MakeTensorBytes(bytes, "random", 1);
+  ASSERT_EQ(strings.size(), 3u * (4 + 128));  // perf_analyzer's --string-length
+  TensorSpec flags{"B", "BOOL", {64}};
+  for (char c : MakeTensorBytes(flags, "random", 1)) EXPECT_TRUE(c == 0 || c == 1);
 }
 
 TEST(PerfDataTest, InputDataJson) {
@@ -133,6 +145,12 @@ TEST(PerfDataTest, JsonArrays) {
   TensorSpec f32{"B", "FP32", {2}};
   float f[2] = {0.5f, 0.1f};
   EXPECT_EQ(*JsonDataArray(f32, std::string_view(reinterpret_cast<char*>(f), 8)), "[0.5,0.100000001]");
+  // Random bytes reach NaN and the infinities: written as the KServe JSON readers take them.
+  float odd[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity()};
+  TensorSpec f32x3{"F", "FP32", {3}};
+  EXPECT_EQ(*JsonDataArray(f32x3, std::string_view(reinterpret_cast<char*>(odd), 12)),
+            "[NaN,Infinity,-Infinity]");
   TensorSpec s{"S", "BYTES", {1}};
   EXPECT_EQ(*JsonDataArray(s, std::string("\x03\0\0\0a\"b", 7)), "[\"a\\\"b\"]");
   TensorSpec h{"H", "FP16", {1}};
@@ -152,6 +170,13 @@ TEST(PerfStatsTest, PercentilesAndStability) {
   EXPECT_TRUE(IsStable({{50, 99}, {100, 10}, {104, 10.5}, {98, 9.8}}, 10));  // last three agree
   EXPECT_FALSE(IsStable({{100, 10}, {130, 10}, {100, 10}}, 10));        // throughput off
   EXPECT_FALSE(IsStable({{100, 10}, {100, 14}, {100, 10}}, 10));        // latency off
+  // perf_analyzer's rule (issue 26): max / min within 1 + p. These windows were accepted at
+  // 30 % by the old rule (each within 30 % of their mean); 31249 / 20113 = 1.55.
+  EXPECT_FALSE(IsStable({{29275, 10}, {31249, 10}, {20113, 10}}, 30));
+  EXPECT_TRUE(IsStable({{29275, 10}, {31249, 10}, {25000, 10}}, 30));  // 1.25
+  EXPECT_FALSE(IsStable({{100, 10}, {109, 10}, {91, 10}}, 10));        // 1.198; mean rule: yes
+  EXPECT_TRUE(IsStable({{100, 10}, {110, 11}, {100, 10}}, 10));        // exactly 1.1
+  EXPECT_FALSE(IsStable({{0, 0}, {0, 0}, {0, 0}}, 10));                // no requests
 }
 
 TEST(PerfReportTest, CsvAndHtml) {

@@ -289,8 +289,15 @@ std::string MakeTensorBytes(const TensorSpec& spec, std::string_view mode, uint3
   std::mt19937 rng(seed);
   std::string out;
   if (spec.datatype == "BYTES") {
+    // As perf_analyzer's random strings: its default --string-length, 128 characters.
+    static constexpr std::string_view kChars =
+        "abcdefghijklmnopqrstuvwxyz1234567890-_ABCDEFGHIJKLMNOPQRSTUVWXYZ";
     for (int64_t i = 0; i < n; ++i) {
-      std::string s = mode == "zero" ? "" : std::to_string(rng() % 100000);
+      std::string s;
+      if (mode != "zero") {
+        s.resize(128);
+        for (char& c : s) c = kChars[rng() % kChars.size()];
+      }
       uint32_t len = static_cast<uint32_t>(s.size());
       out.append(reinterpret_cast<const char*>(&len), 4);
       out += s;
@@ -300,21 +307,15 @@ std::string MakeTensorBytes(const TensorSpec& spec, std::string_view mode, uint3
   const size_t size = DatatypeSize(spec.datatype);
   out.assign(static_cast<size_t>(n) * size, '\0');
   if (mode == "zero") return out;
+  // perf_analyzer's convention (DataLoader::GenerateData): every byte random, whatever the
+  // type, so FP32 spans the whole range (NaN, infinities and denormals included), which is what
+  // a model computes on under perf_analyzer. One difference: BOOL is 0 or 1, not any byte.
   for (int64_t i = 0; i < n; ++i) {
     char* p = out.data() + i * size;
-    if (spec.datatype == "FP32") {
-      float f = static_cast<float>(rng() % 10000) / 10000.0f;
-      std::memcpy(p, &f, 4);
-    } else if (spec.datatype == "FP64") {
-      double d = static_cast<double>(rng() % 10000) / 10000.0;
-      std::memcpy(p, &d, 8);
-    } else if (spec.datatype == "FP16" || spec.datatype == "BF16") {
-      uint16_t h = spec.datatype == "FP16" ? 0x3800 : 0x3f00;  // 0.5
-      std::memcpy(p, &h, 2);
-    } else if (spec.datatype == "BOOL") {
+    if (spec.datatype == "BOOL") {
       p[0] = static_cast<char>(rng() & 1);
     } else {
-      for (size_t b = 0; b < size; ++b) p[b] = static_cast<char>(b == 0 ? rng() % 100 : 0);
+      for (size_t b = 0; b < size; ++b) p[b] = static_cast<char>(rng() & 0xff);
     }
   }
   return out;
@@ -462,8 +463,15 @@ absl::StatusOr<std::string> JsonDataArray(const TensorSpec& spec, std::string_vi
     sep(i == 0);
     const char* p = raw.data() + i * size;
     char buf[64];
-    if (t == "FP32") { float f; std::memcpy(&f, p, 4); std::snprintf(buf, sizeof(buf), "%.9g", f); }
-    else if (t == "FP64") { double d; std::memcpy(&d, p, 8); std::snprintf(buf, sizeof(buf), "%.17g", d); }
+    // Random data spans every float (perf_analyzer's convention): NaN and the infinities as
+    // the KServe JSON readers of Triton and inferd take them.
+    auto real = [&buf](double d, const char* format) {
+      if (std::isnan(d)) std::snprintf(buf, sizeof(buf), "NaN");
+      else if (std::isinf(d)) std::snprintf(buf, sizeof(buf), d > 0 ? "Infinity" : "-Infinity");
+      else std::snprintf(buf, sizeof(buf), format, d);
+    };
+    if (t == "FP32") { float f; std::memcpy(&f, p, 4); real(f, "%.9g"); }
+    else if (t == "FP64") { double d; std::memcpy(&d, p, 8); real(d, "%.17g"); }
     else if (t == "BOOL") { std::snprintf(buf, sizeof(buf), "%s", p[0] ? "true" : "false"); }
     else if (t == "INT8") { int8_t v; std::memcpy(&v, p, 1); std::snprintf(buf, sizeof(buf), "%d", v); }
     else if (t == "INT16") { int16_t v; std::memcpy(&v, p, 2); std::snprintf(buf, sizeof(buf), "%d", v); }
@@ -488,15 +496,16 @@ double Percentile(const std::vector<uint64_t>& sorted, double p) {
 
 bool IsStable(const std::vector<WindowFigures>& windows, double percentage) {
   if (windows.size() < 3) return false;
+  // perf_analyzer's InferenceProfiler::DetermineStability: no window without throughput, and
+  // for throughput and latency each, max / min of the last three windows <= 1 + p.
   auto within = [&](auto get) {
-    double mean = 0;
-    for (size_t i = windows.size() - 3; i < windows.size(); ++i) mean += get(windows[i]);
-    mean /= 3;
-    if (mean <= 0) return false;
+    double lo = get(windows[windows.size() - 3]), hi = lo;
     for (size_t i = windows.size() - 3; i < windows.size(); ++i) {
-      if (std::abs(get(windows[i]) - mean) > mean * percentage / 100.0) return false;
+      lo = std::min(lo, get(windows[i]));
+      hi = std::max(hi, get(windows[i]));
     }
-    return true;
+    if (lo <= 0) return false;
+    return hi / lo <= 1 + percentage / 100.0;
   };
   return within([](const WindowFigures& w) { return w.throughput; }) &&
          within([](const WindowFigures& w) { return w.latency_us; });

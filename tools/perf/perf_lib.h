@@ -74,7 +74,8 @@ size_t DatatypeSize(std::string_view datatype);
 int64_t ElementCount(const std::vector<int64_t>& shape);
 
 // Raw little-endian bytes for `spec` ("zero" or "random"; BYTES elements are 4-byte length +
-// bytes).
+// bytes). "random" is perf_analyzer's: random bytes for every fixed-size type (BOOL: 0 or 1),
+// strings of 128 random characters for BYTES.
 std::string MakeTensorBytes(const TensorSpec& spec, std::string_view mode, uint32_t seed);
 
 // perf_analyzer's --input-data JSON: {"data": [{"INPUT0": [..] or {"content": [..], "shape":
@@ -116,8 +117,8 @@ struct WindowFigures {
   double throughput = 0;
   double latency_us = 0;  // average, or the chosen percentile
 };
-// True when the last three windows' throughput and latency each lie within
-// `percentage` % of their mean (perf_analyzer's rule).
+// True when, over the last three windows, throughput and latency each have max / min within
+// 1 + `percentage` / 100 and no window is without throughput (perf_analyzer's rule).
 bool IsStable(const std::vector<WindowFigures>& windows, double percentage);
 
 std::string CsvHeader(bool request_rate_mode);

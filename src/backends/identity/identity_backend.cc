@@ -82,7 +82,7 @@ class IdentityBackend : public Backend {
     // Outputs are the inputs as they came, after `execute_delay_ms` when set.
     ConfigSupport support;
     support.parameters = kIdentityParameters;
-    if (auto st = CheckConfigSupport(*spec.config, name(), support); !st.ok()) return st;
+    if (auto st = CheckConfigSupport(spec, name(), support, index); !st.ok()) return st;
     const auto& cfg = *spec.config;
     int64_t delay_ms = 0;
     if (auto it = cfg.parameters().find("execute_delay_ms"); it != cfg.parameters().end()) {

@@ -199,7 +199,7 @@ class ImageBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
     // SettingsFromConfig refuses unknown parameters itself.
-    if (auto st = CheckConfigSupport(*spec.config, name(), {.backend_checks_parameters = true});
+    if (auto st = CheckConfigSupport(spec, name(), {.backend_checks_parameters = true}, index);
         !st.ok()) {
       return st;
     }

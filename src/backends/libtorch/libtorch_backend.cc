@@ -474,14 +474,24 @@ class TorchInstance : public ModelInstance {
   std::atomic<bool> stop_{false};  // CancelExecution during this run
 };
 
-// The `parameters` keys CreateInstance reads (ENABLE_CACHE_CLEANING and DISABLE_CUDNN to say
-// they do not apply on the CPU); add a key here when it gets read. Inputs are reshaped
-// (BackendInputShape); outputs keep the shape the module returns.
+// The `parameters` keys CreateInstance reads; add a key here when it gets read. Inputs are
+// reshaped (BackendInputShape); outputs keep the shape the module returns.
 constexpr std::string_view kParameters[] = {
     "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT", "INFERENCE_MODE",
     "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING",
-    "ENABLE_TENSOR_FUSER", "ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING", "DISABLE_CUDNN"};
-constexpr ConfigSupport kConfigSupport = {.parameters = kParameters, .input_reshape = true};
+    "ENABLE_TENSOR_FUSER", "ENABLE_WEIGHT_SHARING"};
+// Keys Triton's PyTorch backend reads that act on CUDA only: a WARNING line each.
+constexpr UnappliedParameter kUnapplied[] = {
+    {"ENABLE_CACHE_CLEANING",
+     "it would empty PyTorch's CUDA caching allocator after each execution; this server has no "
+     "GPU"},
+    {"DISABLE_CUDNN", "it would turn cuDNN off for GPU execution; this server has no GPU"},
+    {"ENABLE_NVFUSER",
+     "it would turn TorchScript's NVFuser (a CUDA kernel fuser) on or off; this server has no "
+     "GPU (ENABLE_TENSOR_FUSER sets the CPU fuser)"},
+};
+constexpr ConfigSupport kConfigSupport = {
+    .parameters = kParameters, .unapplied = kUnapplied, .input_reshape = true};
 
 class LibTorchBackend : public Backend {
  public:
@@ -489,7 +499,7 @@ class LibTorchBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    if (auto st = CheckConfigSupport(*spec.config, name(), kConfigSupport); !st.ok()) return st;
+    if (auto st = CheckConfigSupport(spec, name(), kConfigSupport, index); !st.ok()) return st;
     const auto& cfg = *spec.config;
     for (const auto& in : cfg.input()) {
       if (!ToTorch(config::FromProto(in.data_type()))) {
@@ -515,12 +525,6 @@ class LibTorchBackend : public Backend {
       });
     }
     if (index == 0) {
-      for (const char* key : {"ENABLE_CACHE_CLEANING", "DISABLE_CUDNN"}) {
-        if (config::GetParameter(cfg, key)) {
-          LOG_INFO << "pytorch: model '" << cfg.name() << "': parameter " << key
-                   << " does not apply on CPU; ignored";
-        }
-      }
       LOG_INFO << "pytorch: model '" << cfg.name() << "' on LibTorch " << TORCH_VERSION << ": "
                << DescribeSettings(*settings) << " (inter-op pool: "
                << at::get_num_interop_threads() << " threads)";

@@ -426,15 +426,34 @@ void CompleteTensorDims(const std::vector<int64_t>& model_shape, bool batching,
   }
 }
 
-// The `parameters` keys session_settings.cc reads (the GPU ones are read to be reported as not
-// applying); add a key here when it gets read there.
+// The `parameters` keys session_settings.cc reads; add a key here when it gets read there.
 constexpr std::string_view kParameters[] = {
     "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
-    "enable_mem_pattern", "arena_extend_strategy", "memory.enable_memory_arena_shrinkage",
-    "allow_spinning", "gpu_mem_limit", "cudnn_conv_algo_search", "do_copy_in_default_stream",
-    "session.*", "optimized_model_filepath"};
-constexpr ConfigSupport kConfigSupport = {
-    .parameters = kParameters, .input_reshape = true, .output_reshape = true};
+    "enable_mem_pattern", "memory.enable_memory_arena_shrinkage", "allow_spinning", "session.*",
+    "optimized_model_filepath"};
+// Keys Triton's onnxruntime backend gives the CUDA execution provider of GPU instances (and one
+// a published article uses that no Triton backend reads): a WARNING line each.
+constexpr UnappliedParameter kUnapplied[] = {
+    {"gpu_mem_limit",
+     "it would cap the CUDA execution provider's memory arena of a GPU instance; this server has "
+     "no GPU"},
+    {"cudnn_conv_algo_search",
+     "it would choose how cuDNN searches convolution algorithms on a GPU instance; this server "
+     "has no GPU"},
+    {"do_copy_in_default_stream",
+     "it would make the CUDA execution provider copy on the default CUDA stream; this server has "
+     "no GPU"},
+    {"arena_extend_strategy",
+     "it would set how the CUDA execution provider's arena grows (Triton gives it to that "
+     "provider only, not to the CPU arena); this server has no GPU"},
+    {"enable_cpu_mem_arena",
+     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
+     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+};
+constexpr ConfigSupport kConfigSupport = {.parameters = kParameters,
+                                          .unapplied = kUnapplied,
+                                          .input_reshape = true,
+                                          .output_reshape = true};
 
 class OnnxRuntimeBackend : public Backend {
  public:
@@ -528,9 +547,23 @@ class OnnxRuntimeBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    if (auto st = CheckConfigSupport(*spec.config, name(), kConfigSupport); !st.ok()) return st;
+    if (auto st = CheckConfigSupport(spec, name(), kConfigSupport, index); !st.ok()) return st;
     auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
     if (!settings.ok()) return settings.status();
+    if (index == 0) {
+      for (const auto& acc :
+           spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
+        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
+                    << ": gpu_execution_accelerator '" << acc.name()
+                    << "' has no effect: Triton adds it (the TensorRT or CUDA execution "
+                       "provider) to GPU instances only; this server has no GPU";
+      }
+      if (spec.config->optimization().execution_accelerators().cpu_execution_accelerator_size()) {
+        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
+                    << ": cpu_execution_accelerator 'openvino' has no effect: this build has no "
+                       "OpenVINO execution provider; ONNX Runtime's CPU provider runs the model";
+      }
+    }
     try {
       Ort::SessionOptions options;
       auto st = ApplySettings(*settings, &options);

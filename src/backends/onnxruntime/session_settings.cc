@@ -117,9 +117,15 @@ absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& co
     s.not_applying.push_back(inferd::StrCat("gpu_execution_accelerator:", acc.name()));
   }
   for (const auto& acc : config.optimization().execution_accelerators().cpu_execution_accelerator()) {
-    return absl::UnimplementedError(inferd::StrCat(
-        "model '", config.name(), "': cpu_execution_accelerator '", acc.name(),
-        "' is not available in this build of the onnxruntime backend"));
+    // Triton's onnxruntime backend knows one CPU accelerator, OpenVINO, and refuses any other
+    // name. OpenVINO is not in this build: ONNX Runtime's own CPU provider runs the model and
+    // computes the same results (the backend logs a WARNING).
+    if (acc.name() != "openvino") {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "model '", config.name(), "': unknown cpu_execution_accelerator '", acc.name(),
+          "' (Triton's onnxruntime backend knows 'openvino')"));
+    }
+    s.not_applying.push_back("cpu_execution_accelerator:openvino");
   }
   return s;
 }
@@ -146,9 +152,7 @@ std::string DescribeSettings(const SessionSettings& s) {
                                                  : "all",
       SessionEntries(s),
       s.optimized_model_filepath.empty() ? "" : " optimized_model_filepath=",
-      s.optimized_model_filepath,
-      s.not_applying.empty() ? "" : " not_applying_without_gpu=",
-      inferd::StrJoin(s.not_applying, ","));
+      s.optimized_model_filepath);
 }
 
 }  // namespace inferd::backends::ort

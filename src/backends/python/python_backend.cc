@@ -33,7 +33,6 @@ using python::StubProcess;
 
 namespace {
 
-constexpr std::string_view kParameters[] = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"};
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kInitTimeoutNs = 300ull * 1000000000ull;  // initialize(): model downloads
 constexpr uint64_t kFinalizeTimeoutNs = 5ull * 1000000000ull;
@@ -1136,8 +1135,10 @@ class PythonBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    static constexpr ConfigSupport kSupport{kParameters};
-    RETURN_IF_ERROR(CheckConfigSupport(*spec.config, name(), kSupport));
+    // model.py receives the whole config (args["model_config"]) and reads its own keys
+    // (tokenizer paths, thresholds), as in Triton: every key passes, with no warning.
+    static constexpr ConfigSupport kSupport{.backend_checks_parameters = true};
+    RETURN_IF_ERROR(CheckConfigSupport(spec, name(), kSupport, index));
     const config::ModelConfig& cfg = *spec.config;
     if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS");
         force && *force != "yes" && *force != "no") {

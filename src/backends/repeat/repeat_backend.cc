@@ -251,7 +251,7 @@ class RepeatBackend : public Backend {
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    if (auto st = CheckConfigSupport(*spec.config, name(), {}); !st.ok()) return st;
+    if (auto st = CheckConfigSupport(spec, name(), {}, index); !st.ok()) return st;
     if (auto st = ValidateConfig(*spec.config); !st.ok()) return st;
     return std::make_unique<RepeatInstance>(spec.config->name());
   }

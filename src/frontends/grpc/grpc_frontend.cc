@@ -516,11 +516,19 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, ToGrpcStatus(server_->shared_memory().Unregister(req->name())));
   }
+  // Status and unregister as Triton built without GPU support answers them: no CUDA region
+  // exists, so status lists none (a named one is not found) and unregister is a no-op that
+  // succeeds (perf_analyzer's teardown always calls it); register alone is refused.
   ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
-                                             const inference::CudaSharedMemoryStatusRequest*,
+                                             const inference::CudaSharedMemoryStatusRequest* req,
                                              inference::CudaSharedMemoryStatusResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, CudaUnsupported());
+    if (!req->name().empty()) {
+      return Done(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                    inferd::StrCat("unable to find cuda shared memory region: '",
+                                                   req->name(), "'")));
+    }
+    return Done(ctx, grpc::Status::OK);
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
                                                const inference::CudaSharedMemoryRegisterRequest*,
@@ -532,7 +540,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
                                                  const inference::CudaSharedMemoryUnregisterRequest*,
                                                  inference::CudaSharedMemoryUnregisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, CudaUnsupported());
+    return Done(ctx, grpc::Status::OK);
   }
   ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest* req,
                                    inference::TraceSettingResponse* resp) override {

@@ -183,6 +183,15 @@ class EventLoop {
             if (events[i].events & (EPOLLIN | EPOLLRDHUP)) {
               Read(c);
               ProcessInput(c);
+              if ((events[i].events & EPOLLRDHUP) && !c->peer_closed) {
+                // The client's FIN came in the same read as its request: Read stopped at the
+                // short read, before the recv that returns 0, and edge-triggered epoll reports
+                // the FIN no more. The request just handed off is abandoned like any other
+                // whose client went away (docs/cancellation.md).
+                c->peer_closed = true;
+                if (!c->in_flight) c->dead = true;
+                CancelInFlight(c);
+              }
             }
           }
           CloseIfDead(c);

@@ -517,31 +517,17 @@ absl::Status AppendElement(const rapidjson::Value& v, DataType type, std::string
   }
 }
 
-// Flattens nested or flat `data` in row-major order. Nesting follows json_tensor.h's rule:
-// flat, or as deep as `shape` with each row as long as its dimension.
+// Flattens `data` in row-major order, nested in any way (json_tensor.h's rule: only the element
+// count is checked, by the caller).
 absl::Status Flatten(const rapidjson::Value& v, DataType type, std::string_view name, int depth,
-                     const Shape& shape, int* scalar_depth, std::string* out, int64_t* count) {
+                     std::string* out, int64_t* count) {
   if (depth > kMaxJsonDataDepth) return Invalid(name, "'data' is nested too deeply");
   if (v.IsArray()) {
-    if (*scalar_depth >= 0 && depth + 1 > *scalar_depth) {
-      return Invalid(name, "'data' is ragged: arrays and numbers at the same level");
-    }
     for (const auto& e : v.GetArray()) {
-      absl::Status st = Flatten(e, type, name, depth + 1, shape, scalar_depth, out, count);
+      absl::Status st = Flatten(e, type, name, depth + 1, out, count);
       if (!st.ok()) return st;
     }
-    if (*scalar_depth > 1) return CheckRowLength(depth + 1, v.Size(), shape, name);
     return absl::OkStatus();
-  }
-  if (depth > 0) {
-    if (*scalar_depth < 0) {
-      *scalar_depth = depth;
-      if (depth != 1 && (shape.size() < 2 || depth != static_cast<int>(shape.size()))) {
-        return CheckScalarDepth(depth, shape, name);
-      }
-    } else if (depth != *scalar_depth) {
-      return Invalid(name, "'data' is ragged: numbers at different nesting levels");
-    }
   }
   ++*count;
   return AppendElement(v, type, name, out);
@@ -873,12 +859,9 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
           rapidjson::Document data_doc;
           absl::Status pst = ParseJsonExact(data_spans[input_index].text, data_doc);
           if (!pst.ok()) return pst;
-          int scalar_depth = -1;
-          st = Flatten(data_doc, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth, &buf, &got);
+          st = Flatten(data_doc, tensor.datatype, tensor.name, 0, &buf, &got);
         } else {
-          int scalar_depth = -1;
-          st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, tensor.shape, &scalar_depth,
-                       &buf, &got);
+          st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, &buf, &got);
         }
       }
       if (!st.ok()) return st;

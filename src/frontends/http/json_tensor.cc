@@ -585,22 +585,6 @@ char* WriteFp32(char* p, float x) {
 
 }  // namespace
 
-absl::Status CheckScalarDepth(int depth, const Shape& shape, std::string_view name) {
-  if (depth == 1 || depth == static_cast<int>(shape.size())) return absl::OkStatus();
-  return Invalid(name, inferd::StrCat("'data' is nested ", depth, " levels deep but shape ",
-                                      ShapeToString(shape), " has ", shape.size(),
-                                      " dimensions; send it flat or nested like the shape"));
-}
-
-absl::Status CheckRowLength(int depth, int64_t length, const Shape& shape, std::string_view name) {
-  if (depth < 1 || depth > static_cast<int>(shape.size()) || shape[depth - 1] == length) {
-    return absl::OkStatus();
-  }
-  return Invalid(name, inferd::StrCat("a row of 'data' at nesting level ", depth, " has ", length,
-                                      " elements but shape ", ShapeToString(shape), " has ",
-                                      shape[depth - 1], " there"));
-}
-
 namespace {
 
 // Numbers separated by commas (and spaces) filling json[from, to) exactly, written to dst
@@ -772,10 +756,10 @@ absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType ty
   if (ParseFlatParallel(json, pos, type, name, dst, capacity, count, flat_end)) {
     return finish(absl::OkStatus());
   }
-  int64_t lengths[kMaxDepth + 2];
+  // Any nesting (deeper or shallower than the shape, ragged rows, empty arrays) is walked
+  // in row-major order and only the element count is checked, by the caller, as Triton 2.59.1
+  // does: the SageMaker notebooks send a 3-deep image list for a 4-dimension shape.
   int depth = 0;
-  int scalar_depth = -1;
-  const bool nested_allowed = shape.size() > 1;
   for (;;) {
     // At a value: an array opens, or a scalar.
     SkipSpace(json, pos);
@@ -784,10 +768,6 @@ absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType ty
     if (json[*pos] == '[') {
       ++depth;
       if (depth > kMaxDepth) return finish(Invalid(name, "'data' is nested too deeply"));
-      if (scalar_depth >= 0 && depth > scalar_depth) {
-        return finish(Invalid(name, "'data' is ragged: arrays and numbers at the same level"));
-      }
-      lengths[depth] = 0;
       ++*pos;
       SkipSpace(json, pos);
       if (*pos < json.size() && json[*pos] == ']') {
@@ -797,30 +777,16 @@ absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType ty
         continue;
       }
     } else {
-      if (scalar_depth < 0) {
-        scalar_depth = depth;
-        if (!(depth == 1 || (nested_allowed && depth == static_cast<int>(shape.size())))) {
-          return finish(CheckScalarDepth(depth, shape, name));
-        }
-      } else if (depth != scalar_depth) {
-        return finish(Invalid(name, "'data' is ragged: numbers at different nesting levels"));
-      }
       absl::Status st = ParseScalar(json, pos, type, name, next_dst());
       if (!st.ok()) return finish(st);
       ++*count;
-      ++lengths[depth];
     }
     // After a value: ',' continues the array, ']' closes it (and maybe its parents).
     for (;;) {
       if (closed_now) {
         closed_now = false;
-        if (scalar_depth > 1) {
-          absl::Status st = CheckRowLength(depth, lengths[depth], shape, name);
-          if (!st.ok()) return finish(st);
-        }
         --depth;
         if (depth == 0) return finish(absl::OkStatus());
-        ++lengths[depth];
       }
       SkipSpace(json, pos);
       if (*pos >= json.size()) return finish(Malformed(*pos, "the document ends inside 'data'"));

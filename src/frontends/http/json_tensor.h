@@ -20,8 +20,9 @@ namespace inferd::http {
 
 // Parses the JSON value at json[*pos] (a number, true/false, or nested arrays of them) as
 // `type` elements, appending them to `out` in row-major order; on success *pos is just past
-// the value. `data` may be flat, or nested exactly as deep as `shape` with every row as long as
-// its dimension; anything else is INVALID_ARGUMENT naming `name`. *count: elements seen (also
+// the value. `data` may be flat or nested in any way (deeper or shallower than `shape`, ragged):
+// it is flattened and only its element count matters, which the caller checks against the shape
+// (Triton 2.59.1's rule). A malformed value is INVALID_ARGUMENT naming `name`. *count: elements seen (also
 // past the shape's count, so the caller can say how many came). Nothing is appended past
 // `max_bytes` (the elements are still counted). `flat_end`, when the caller knows it (a scan
 // already passed over the array): the array is flat and json[flat_end - 1] is its ']'.
@@ -31,10 +32,5 @@ absl::Status ParseJsonTensorData(std::string_view json, size_t* pos, DataType ty
 
 // Appends `data` (`type` elements, not BYTES) as a flat JSON array.
 void AppendJsonTensorData(std::string_view data, DataType type, std::string* out);
-
-// The nesting rule for `data` (flat, or as deep as `shape` with rows of its lengths), given
-// the depth at which the first scalar sits; OK or the error naming `name`.
-absl::Status CheckScalarDepth(int depth, const Shape& shape, std::string_view name);
-absl::Status CheckRowLength(int depth, int64_t length, const Shape& shape, std::string_view name);
 
 }  // namespace inferd::http

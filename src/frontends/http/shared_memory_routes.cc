@@ -99,8 +99,22 @@ std::optional<HttpResponse> HandleSharedMemoryRoute(server::SharedMemoryManager&
   const bool post = request.method == "POST";
   if (action == "status" ? !get : !post) return MethodNotAllowed(request, action == "status");
   if (s[1] == "cudasharedmemory") {
-    return ErrorResponse(501, "CUDA shared memory is not supported on this server (it has no "
-                              "GPU); use system shared memory (/v2/systemsharedmemory)");
+    // As Triton built without GPU support: no CUDA region can exist, so unregister (of all, or
+    // of a name) has nothing to do and succeeds, and status lists none (a named region is not
+    // found); only register is refused. perf_analyzer's teardown always unregisters.
+    if (action == "register") {
+      return ErrorResponse(501, "CUDA shared memory is not supported on this server (it has no "
+                                "GPU); use system shared memory (/v2/systemsharedmemory)");
+    }
+    if (action == "unregister") return Ok();
+    if (!name.empty()) {
+      return ErrorResponse(absl::NotFoundError(
+          inferd::StrCat("unable to find cuda shared memory region: '", name, "'")));
+    }
+    HttpResponse r = Ok();
+    r.content_type = "application/json";
+    r.body = "[]";
+    return r;
   }
   if (action == "status") return StatusJson(shm, name);
   if (action == "register") {

@@ -2,7 +2,8 @@
 //   GET  /v2/systemsharedmemory[/region/<name>]/status
 //   POST /v2/systemsharedmemory/region/<name>/register   {"key", "offset", "byte_size"}
 //   POST /v2/systemsharedmemory[/region/<name>]/unregister
-// and /v2/cudasharedmemory/..., answered 501: CUDA shared memory is not supported here.
+// and /v2/cudasharedmemory/...: register answered 501 (CUDA shared memory is not supported
+// here); unregister succeeds as a no-op and status lists no region, as Triton without a GPU.
 #pragma once
 
 #include <optional>

@@ -61,6 +61,23 @@ HttpResponse ToSageMaker(HttpResponse r) {
   return r;
 }
 
+// A multi-model error names the platform's model name; where the request carried
+// X-Amzn-SageMaker-Target-Model (the archive the platform resolved it to), the error names that
+// too, so the user can tell which of their archives failed.
+HttpResponse NameTargetModel(HttpResponse r, const std::string& target) {
+  if (r.status < 400 || target.empty()) return r;
+  rapidjson::Document doc;
+  doc.Parse(r.body.data(), r.body.size());
+  if (doc.HasParseError() || !doc.IsObject()) return r;
+  auto it = doc.FindMember("error");
+  if (it == doc.MemberEnd() || !it->value.IsString()) return r;
+  const std::string message = StrCat(std::string_view(it->value.GetString(), it->value.GetStringLength()),
+                                     " (X-Amzn-SageMaker-Target-Model: '", target, "')");
+  HttpResponse named = ErrorResponse(r.status, message);
+  named.headers = std::move(r.headers);
+  return named;
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<size_t>> ParseSageMakerContentType(std::string_view content_type,
@@ -141,6 +158,11 @@ void SageMakerService::Handle(const HttpRequest& request, std::shared_ptr<const 
       if (!post) return now(ErrorResponse(405, "use POST /models/<name>/invoke"));
       std::string target;
       if (auto t = request.Header("X-Amzn-SageMaker-Target-Model")) target = std::string(*t);
+      if (!target.empty()) {
+        reply = [inner = std::move(reply), target](std::function<HttpResponse()> make) {
+          inner([make = std::move(make), target] { return NameTargetModel(make(), target); });
+        };
+      }
       const auto known = server_->UrlModels();
       const bool loaded = known.count(name) > 0 || server_->IsModelReady(name, -1);
       if (!loaded && !server_->on_demand()) {
