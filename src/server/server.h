@@ -95,6 +95,9 @@ class Server {
   // a model that fails to load fails Start.
   absl::Status Start();
   void Shutdown();
+  // Poll mode: asks the poller for one pass over the repositories now (SIGHUP), without
+  // waiting for it. False in the other control modes, and after Shutdown.
+  bool PollNow();
 
   static constexpr std::string_view kName = "inferd";
   static constexpr std::string_view kVersion = "0.1.0";
@@ -173,6 +176,7 @@ class Server {
   inferd::Mutex mu_;
   inferd::CondVar stop_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool poll_now_ ABSL_GUARDED_BY(mu_) = false;  // PollNow asked for a pass before the interval
   std::atomic<bool> live_{false};
 };
 
