@@ -36,14 +36,6 @@ constexpr auto kPollSettle = std::chrono::seconds(5);
 // An on-demand load that failed is tried again on a request only after this long.
 constexpr uint64_t kRetryFailedNs = 5'000'000'000;
 
-// Frees versions taken out of the registry (outside mu_: each drains its in-flight requests)
-// and hands the memory they held back to the kernel, so an unload, a reload or an eviction
-// shows up in RSS.
-void FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
-  if (retired->empty()) return;
-  retired->clear();
-  ReleaseFreeMemory();
-}
 
 // Resident set size of this process, from /proc/self/statm.
 int64_t RssBytes() {
@@ -494,6 +486,9 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     }
   }
 
+  // The largest footprint measured for these same files before: RSS growth undercounts a load
+  // that reuses memory the allocator kept from an earlier unload.
+  std::map<int64_t, int64_t> measured_before;
   {
     inferd::MutexLock lock(&mu_);
     Entry& e = entries_[name];
@@ -501,6 +496,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     for (int64_t v : wanted) {
       if (!e.versions.count(v)) e.versions[v].state = ModelState::kLoading;
     }
+    if (e.fingerprint == fingerprint) measured_before = e.measured;
   }
 
   // Load the new versions while the old ones keep serving.
@@ -536,7 +532,9 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     if (model.ok()) {
       slot.state = ModelState::kReady;
       slot.model = *std::move(model);
-      slot.footprint = options_.footprint_from_disk ? on_disk[v] : std::max(grown, on_disk[v]);
+      slot.footprint = options_.footprint_from_disk
+                           ? on_disk[v]
+                           : std::max({grown, on_disk[v], measured_before[v]});
     } else {
       slot.state = ModelState::kUnavailable;
       slot.reason = std::string(model.status().message());
@@ -578,6 +576,10 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     for (const auto& [v, slot] : e.versions) {
       total_footprint += slot.footprint;
       any_ready |= slot.state == ModelState::kReady;
+    }
+    if (e.fingerprint != fingerprint) e.measured.clear();
+    for (const auto& [v, slot] : e.versions) {
+      if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
     }
     if (any_ready) {
       e.last_footprint = total_footprint;
@@ -1284,12 +1286,34 @@ absl::Status ModelLifecycle::Forget(const std::string& name) {
   return absl::OkStatus();
 }
 
+void ModelLifecycle::FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
+  if (retired->empty()) return;
+  std::vector<const Model*> freed;
+  for (const auto& m : *retired) freed.push_back(m.get());
+  retired->clear();
+  ReleaseFreeMemory();
+  // Only now is their memory back: until here the budget still counted it, so a load on
+  // another thread did not start in the room an eviction was still making.
+  inferd::MutexLock lock(&mu_);
+  for (const Model* m : freed) {
+    if (auto it = retiring_.find(m); it != retiring_.end()) {
+      retiring_bytes_ -= it->second;
+      retiring_.erase(it);
+    }
+  }
+  room_cv_.SignalAll();
+}
+
 void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reason,
                                   std::vector<std::shared_ptr<const Model>>* retired) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
-  room_cv_.SignalAll();  // a load waiting for budget room may fit now
   for (auto& [v, slot] : it->second.versions) {
+    if (slot.model && slot.footprint > 0) {
+      // Counted against the budget until FreeRetired has freed it.
+      retiring_[slot.model.get()] += slot.footprint;
+      retiring_bytes_ += slot.footprint;
+    }
     if (slot.model) retired->push_back(std::move(slot.model));
     slot.model = nullptr;
     slot.footprint = 0;
@@ -1610,7 +1634,7 @@ void ModelLifecycle::ReapWaiters() {
 // ---- the memory budget -----------------------------------------------------------------------
 
 int64_t ModelLifecycle::ResidentBytesLocked() const {
-  int64_t total = reserved_bytes_;
+  int64_t total = reserved_bytes_ + retiring_bytes_;
   for (const auto& [name, e] : entries_) {
     for (const auto& [v, slot] : e.versions) total += slot.footprint;
   }

@@ -219,6 +219,7 @@ class ModelLifecycle {
     std::optional<Origin> origin;
     std::vector<std::string> parts;  // an archive ensemble's composing models
     int64_t last_footprint = 0;      // its versions' footprint at its last load (kept after an eviction)
+    std::map<int64_t, int64_t> measured;  // version -> largest footprint measured for `fingerprint`
     // Loaded once from `origin`: the name is bound to that source until it is forgotten, and a
     // request naming another source for it is refused (never served by the wrong model).
     bool bound = false;
@@ -349,8 +350,12 @@ class ModelLifecycle {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The models a loaded ensemble's steps name (empty for a model that is not a loaded ensemble).
   std::set<std::string> StepModelsLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees versions taken out of the registry (outside mu_: each drains its in-flight
+  // requests), hands the memory they held back to the kernel (so an unload, a reload or an
+  // eviction shows up in RSS), and only then stops counting it against the budget.
+  void FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes every version of `name` (and its parts no other ensemble shares) out of the registry; the caller frees them
-  // outside mu_.
+  // outside mu_ with FreeRetired.
   void RetireLocked(const std::string& name, std::string_view reason,
                     std::vector<std::shared_ptr<const Model>>* retired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -378,6 +383,9 @@ class ModelLifecycle {
   // does not become a storm of repository listings.
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Versions retired but not yet freed (FreeRetired), and their footprints: still resident.
+  std::map<const Model*, int64_t> retiring_ ABSL_GUARDED_BY(mu_);
+  int64_t retiring_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The largest measured footprint minus size on disk (a backend's per-model overhead).
   int64_t overhead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Signalled when budget room may have appeared (a load done, an unload, an eviction).

@@ -122,7 +122,8 @@ class Server {
   // Calls `then` once `name` can be looked up: at once when it is loaded or cannot be loaded;
   // after its on-demand load otherwise (on a loader thread). Frontends wrap metadata and
   // config requests in it so they load on-demand models too; readiness never does.
-  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel).
+  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel); `then`
+  // gets ALREADY_EXISTS when `name` serves (or is being loaded from) another source.
   void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                      const std::string& source_name = "");
 
