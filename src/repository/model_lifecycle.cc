@@ -1576,11 +1576,30 @@ void ModelLifecycle::FinishPending(const std::string& name, const absl::Status& 
     inferd::MutexLock lock(&mu_);
     auto it = pending_.find(name);
     if (it == pending_.end()) return;
-    pending = std::move(it->second);
-    pending_.erase(it);
+    pending = it->second;
   }
-  // OK: each waiter looks the model up itself (and gets its real state).
-  for (auto& w : pending->waiters) Fire(w, status);
+  // OK: each waiter looks the model up itself (and gets its real state). The entry stays in
+  // pending_ until every waiter has been answered, so that no other load evicts the model
+  // between its load and the lookups of the requests that waited for it (they got 503 "has
+  // no ready version: evicted to make room" under a busy budget). A request that joined
+  // meanwhile (possible only after a failed load) is answered too.
+  size_t answered = 0;
+  for (;;) {
+    std::vector<std::shared_ptr<Waiter>> batch;
+    {
+      inferd::MutexLock lock(&mu_);
+      batch.assign(pending->waiters.begin() + static_cast<std::ptrdiff_t>(answered),
+                   pending->waiters.end());
+      answered = pending->waiters.size();
+      if (batch.empty()) {
+        if (auto it = pending_.find(name); it != pending_.end() && it->second == pending) {
+          pending_.erase(it);
+        }
+        break;
+      }
+    }
+    for (auto& w : batch) Fire(w, status);
+  }
 }
 
 void ModelLifecycle::ReapWaiters() {
@@ -1642,7 +1661,10 @@ int64_t ModelLifecycle::ResidentBytesLocked() const {
 }
 
 bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
-  if (e.residency != Residency::kEvictable || loading_.count(name)) return false;
+  // Not while loading, nor while the requests that waited for its load look it up.
+  if (e.residency != Residency::kEvictable || loading_.count(name) || pending_.count(name)) {
+    return false;
+  }
   bool loaded = false;
   for (const auto& [v, slot] : e.versions) {
     if (!slot.model) continue;
