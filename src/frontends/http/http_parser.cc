@@ -8,15 +8,33 @@
 namespace inferd::http {
 namespace {
 
-bool IsTokenChar(char c) {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
-  switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
-      return true;
-    default:
-      return false;
+// RFC 9110's character classes, one table lookup per byte (the request line and header fields
+// of every request go through them).
+struct CharClasses {
+  bool token[256] = {};         // tchar: a method, a field name
+  bool bad_in_value[256] = {};  // a control other than HTAB, or DEL: refused in a field value
+  bool bad_in_target[256] = {}; // a control, SP or DEL: refused in the request target
+  constexpr CharClasses() {
+    for (int c = 0; c < 256; ++c) {
+      token[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+      bad_in_value[c] = (c < 0x20 && c != '\t') || c == 0x7f;
+      bad_in_target[c] = c <= 0x20 || c == 0x7f;
+    }
+    for (char c : std::string_view("!#$%&'*+-.^_`|~")) token[static_cast<unsigned char>(c)] = true;
   }
+};
+constexpr CharClasses kChars;
+
+bool AllToken(std::string_view s) {
+  bool ok = true;
+  for (char c : s) ok &= kChars.token[static_cast<unsigned char>(c)];
+  return ok;
+}
+
+bool AnyOf(const bool (&table)[256], std::string_view s) {
+  bool any = false;
+  for (char c : s) any |= table[static_cast<unsigned char>(c)];
+  return any;
 }
 
 ParseResult Error(int status, std::string message) {
@@ -262,9 +280,7 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
   size_t sp2 = line.find(' ', sp1 + 1);
   if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return Error(400, "malformed request line");
   request->method = line.substr(0, sp1);
-  for (char c : request->method) {
-    if (!IsTokenChar(c)) return Error(400, "malformed request method");
-  }
+  if (!AllToken(request->method)) return Error(400, "malformed request method");
   request->target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   std::string_view version = line.substr(sp2 + 1);
   if (version == "HTTP/1.1") {
@@ -278,10 +294,8 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
   if (request->target.empty() || request->target[0] != '/') {
     return Error(400, "request target must be an absolute path");
   }
-  for (char c : request->target) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      return Error(400, "request target contains a control character");
-    }
+  if (AnyOf(kChars.bad_in_target, request->target)) {
+    return Error(400, "request target contains a control character");
   }
   size_t q = request->target.find('?');
   request->path = request->target.substr(0, q);
@@ -295,14 +309,10 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
     size_t colon = field.find(':');
     if (colon == std::string_view::npos || colon == 0) return Error(400, "malformed header line");
     std::string_view name = field.substr(0, colon);
-    for (char c : name) {
-      if (!IsTokenChar(c)) return Error(400, "malformed header name");
-    }
+    if (!AllToken(name)) return Error(400, "malformed header name");
     std::string_view value = Trim(field.substr(colon + 1));
-    for (char c : value) {
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
-        return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
-      }
+    if (AnyOf(kChars.bad_in_value, value)) {
+      return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
     }
     request->headers.emplace_back(name, value);
     if (inferd::EqualsIgnoreCase(name, "content-length")) {
