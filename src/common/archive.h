@@ -3,6 +3,14 @@
 // FIFOs are refused, and the total size and entry count are capped. A corrupt archive is an
 // INVALID_ARGUMENT error with libarchive's reason.
 //
+// Every directory, file and link is created beneath a descriptor of the destination
+// (common/rooted_dir.h: openat2 with RESOLVE_BENEATH), so no entry can leave it whatever the
+// entries before it created: the kernel, not a check of the entry's text, decides where a path
+// through earlier links lands. Links are kept only where they resolve inside from where they
+// sit (RootedDir::CreateSymlink), so the extracted tree holds no way out for its readers.
+// In `common` rather than `repository` because the Python backend extracts packed
+// environments (EXECUTION_ENV_PATH) with the same rules.
+//
 // Two ways in, one set of rules (one implementation of them): a file on disk
 // (`ExtractArchive`, on the calling thread only, as the fuzzer wants), or a stream of chunks
 // (`ExtractArchiveStream`), which lets a download feed gunzip and untar while it is still
@@ -17,11 +25,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace inferd::repository {
+namespace inferd {
 
 struct ExtractLimits {
   uint64_t max_total_bytes = uint64_t{16} << 30;  // 16 GiB of file contents
   uint64_t max_entries = 100000;
+  // Keep links whose target leaves the destination (a packed Python environment's
+  // bin/python3 -> /usr/bin/python3.11). Nothing is ever written through such a link (the
+  // extraction resolves beneath the destination); only the archive's later readers follow it,
+  // so set it only where those readers may read anything anyway.
+  bool keep_links_out = false;
 };
 
 // Extracts `archive_path` into `dest_dir` (created if missing; must be empty or absent).
@@ -45,4 +58,4 @@ absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_vi
                                   const std::string& dest_dir, const ExtractLimits& limits = {},
                                   const std::function<void()>& cancel = nullptr);
 
-}  // namespace inferd::repository
+}  // namespace inferd

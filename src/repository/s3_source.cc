@@ -250,7 +250,8 @@ class S3Source final : public Source {
         config_(std::move(config)),
         options_(std::move(options)),
         base_(fs::path(options_.cache_dir) / "s3" / where_.bucket / FlattenPrefix(where_.prefix)) {
-    RemoveAbandonedTemps(base_);
+    // Nothing is removed from a cache folder the server does not own (Fetch refuses it).
+    if (CheckCacheDir(options_.cache_dir).ok()) RemoveAbandonedTemps(base_);
   }
 
   const std::string& url() const override { return url_; }
@@ -265,6 +266,7 @@ class S3Source final : public Source {
 
   absl::StatusOr<std::string> Fetch(const std::string& name, FetchStats* stats) override {
     if (!IsFolderName(name)) return NoSuchModel(name);
+    if (absl::Status st = CheckCacheDir(options_.cache_dir); !st.ok()) return st;
     std::shared_ptr<inferd::Mutex> lock = LockFor(name);
     inferd::MutexLock hold(lock.get());
     FetchStats local;
@@ -324,6 +326,7 @@ class S3Source final : public Source {
     SnapshotBuilder snapshot(base_, StrCat(name, "@", S3Fingerprint(files)));
     if (IsComplete(snapshot.path())) {
       stats->cache_hit = true;
+      ModelCacheCap::Touch(snapshot.path().string());
       return snapshot.path().string();
     }
     if (absl::Status st = snapshot.Create(); !st.ok()) return st;
@@ -341,6 +344,7 @@ class S3Source final : public Source {
     }
     if (absl::Status st = snapshot.Commit(manifest); !st.ok()) return st;
     PruneSnapshots(base_, name, snapshot.path());
+    if (options_.cache_cap) options_.cache_cap->Trim(snapshot.path().string());
     return snapshot.path().string();
   }
 
@@ -379,6 +383,7 @@ class S3Source final : public Source {
     SnapshotBuilder snapshot(base_, StrCat(name, "@", EtagForPath(head->etag)));
     if (!head->etag.empty() && IsComplete(snapshot.path())) {
       stats->cache_hit = true;
+      ModelCacheCap::Touch(snapshot.path().string());
       return snapshot.path().string();
     }
     if (absl::Status st = snapshot.Create(); !st.ok()) return st;
@@ -388,6 +393,7 @@ class S3Source final : public Source {
     stats->bytes_downloaded = head->size;
     if (st = snapshot.Commit(ManifestLine(name, *head)); !st.ok()) return st;
     PruneSnapshots(base_, name, snapshot.path());
+    if (options_.cache_cap) options_.cache_cap->Trim(snapshot.path().string());
     return snapshot.path().string();
   }
 

