@@ -94,3 +94,13 @@ def test_nested_json_on_other_routes(server, route):
     assert r.status_code < 500, (route, r.status_code, r.text)
     assert server.proc.poll() is None
     assert server.get("/v2/health/live").status_code == 200
+
+
+def test_nested_config_on_the_load_api(server_factory, make_repo):
+    """The load API's `config` is JSON too: protobuf's parser limits its depth (100)."""
+    srv = server_factory(make_repo({"simple": "simple"}), ["--model-control-mode=explicit"])
+    deep = '{"name":"simple","parameters":{"k":' + '{"a":' * DEPTH + "1" + "}" * DEPTH + "}}"
+    r = srv.post("/v2/repository/models/simple/load", json={"parameters": {"config": deep}})
+    assert r.status_code == 400, r.text
+    assert srv.proc.poll() is None
+    assert srv.post("/v2/repository/models/simple/load", json={}).status_code == 200
