@@ -27,8 +27,9 @@ namespace inferd::config {
 //   parameters EXECUTION_ENV_PATH (Python)           <model>/ ($$TRITON_MODEL_DIRECTORY expanded)
 //   parameters optimized_model_filepath (ONNX)       absolute, inside <model>/
 //
-// Returns `within`/`value`, normalized, when it lies inside `within` (a folder at or below
-// the model folder), lexically and after resolving links. An absolute `value` is taken as it
+// Returns the real path of `within`/`value` (links resolved as far as it exists) when it lies
+// inside `within` (a folder at or below the model folder), lexically and after resolving
+// links. An absolute `value` is taken as it
 // is and must lie inside `within` too. Otherwise INVALID_ARGUMENT naming `field` and `value`.
 absl::StatusOr<std::string> ResolveInside(const std::string& within, std::string_view field,
                                           std::string_view value);

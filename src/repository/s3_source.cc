@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/mutex.h"
+#include "common/rooted_dir.h"
 #include "common/strings.h"
 
 namespace inferd::repository {
@@ -354,10 +355,15 @@ class S3Source final : public Source {
                          const fs::path& previous, const Manifest& reusable, FetchStats* stats) {
     const fs::path target = dir / file.key;
     std::error_code ec;
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) {
-      return absl::InternalError(
-          StrCat("cannot create '", target.parent_path().string(), "': ", ec.message()));
+    // The key is checked (CheckS3RelativeKey) and the snapshot folder is fresh and private, so
+    // no link can be on the way; its folders are still created beneath the snapshot, as an
+    // archive's are (common/rooted_dir.h), so that holds by construction rather than by
+    // reasoning.
+    {
+      absl::StatusOr<RootedDir> root = RootedDir::Open(dir.string());
+      if (!root.ok()) return root.status();
+      absl::StatusOr<UniqueFd> parent = root->MakeDirs(fs::path(file.key).parent_path().string());
+      if (!parent.ok()) return parent.status();
     }
     if (auto it = reusable.find(file.key); it != reusable.end() && it->second.size == file.size &&
                                            it->second.etag == EtagForPath(file.etag)) {

@@ -59,6 +59,13 @@ TEST_F(ModelFilesTest, LinksOutAreRefused) {
   EXPECT_FALSE(ResolveInside(model_.string(), "label_filename", "passwd").ok());
   EXPECT_FALSE(ResolveInside(model_.string(), "label_filename", "sib/labels.txt").ok());
   EXPECT_TRUE(ResolveInside(model_.string(), "label_filename", "one/x").ok());
+  // ".." after a link climbs from where the link leads (found by config_files_fuzz): checked
+  // as the kernel resolves it, not as the text normalizes.
+  fs::create_directories(model_ / "warmup");
+  fs::create_directory_symlink("../1", model_ / "warmup" / "w");
+  EXPECT_FALSE(ResolveInside((model_ / "warmup").string(), "input_data_file", "w/../x").ok());
+  // And a link out of warmup/ leaves warmup/, even to elsewhere in the model.
+  EXPECT_FALSE(ResolveInside((model_ / "warmup").string(), "input_data_file", "w/x").ok());
 }
 
 TEST_F(ModelFilesTest, EveryFieldIsChecked) {
