@@ -35,6 +35,10 @@ std::string ExpandModelDirectory(std::string value, const std::string& model_dir
 
 absl::StatusOr<std::string> ResolveInside(const std::string& within, std::string_view field,
                                           std::string_view value) {
+  if (value.find('\0') != std::string_view::npos) {
+    // The reader's open() would stop at the NUL: the checked path is not the opened one.
+    return absl::InvalidArgumentError(StrCat(field, " holds a NUL byte"));
+  }
   const fs::path root = fs::absolute(fs::path(within)).lexically_normal();
   const fs::path v(value);
   const fs::path candidate = (v.is_absolute() ? v : root / v).lexically_normal();
@@ -47,9 +51,15 @@ absl::StatusOr<std::string> ResolveInside(const std::string& within, std::string
   // path as exists). Of the path as the reader will open it, not the normalized one: the
   // kernel resolves "w/.." through a link `w` from wherever `w` leads (config_files_fuzz
   // found "w/../x" with w -> ../1 leaving warmup/ when checked normalized).
+  // And of the normalized one too: where a component does not exist yet ("nothing/../etc"),
+  // weakly_canonical stops resolving and normalizes the rest as text, which would step over
+  // a link (`etc -> /etc`) the moment that component appears.
   std::error_code ec;
   const fs::path real_root = fs::weakly_canonical(root, ec);
-  const fs::path real = ec ? fs::path() : fs::weakly_canonical(v.is_absolute() ? v : root / v, ec);
+  fs::path real = ec ? fs::path() : fs::weakly_canonical(candidate, ec);
+  if (!ec && IsWithin(real, real_root)) {
+    real = fs::weakly_canonical(v.is_absolute() ? v : root / v, ec);
+  }
   if (ec || !IsWithin(real, real_root)) {
     return absl::InvalidArgumentError(StrCat(
         field, " '", value, "' resolves through a link to '", real.string(),

@@ -48,6 +48,9 @@ TEST_F(ModelFilesTest, LexicalEscapesAreRefused) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("label_filename")) << bad;
   }
+  // A NUL byte: open() would stop there (found by config_files_fuzz).
+  EXPECT_FALSE(
+      ResolveInside(model_.string(), "label_filename", std::string("x\0/../../../etc/passwd", 22)).ok());
   // The sibling whose name starts with the folder's: a prefix test without '/' let it by.
   EXPECT_FALSE(ResolveInside(model_.string(), "f", (base_ / "m-sibling/labels.txt").string()).ok());
 }
@@ -64,6 +67,8 @@ TEST_F(ModelFilesTest, LinksOutAreRefused) {
   fs::create_directories(model_ / "warmup");
   fs::create_directory_symlink("../1", model_ / "warmup" / "w");
   EXPECT_FALSE(ResolveInside((model_ / "warmup").string(), "input_data_file", "w/../x").ok());
+  // A component that does not exist, then "..", then a link out (found by config_files_fuzz).
+  EXPECT_FALSE(ResolveInside(model_.string(), "label_filename", "nothing/../passwd").ok());
   // And a link out of warmup/ leaves warmup/, even to elsewhere in the model.
   EXPECT_FALSE(ResolveInside((model_ / "warmup").string(), "input_data_file", "w/x").ok());
 }
