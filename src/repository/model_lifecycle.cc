@@ -14,6 +14,7 @@
 #include "common/memory.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "config/model_files.h"
 #include "core/infer_request.h"
 #include "repository/ensemble_validation.h"
 #include "repository/repository_scan.h"
@@ -137,6 +138,20 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
   policy_ = options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy();
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
   reaper_ = std::thread([this] { ReapWaiters(); });
+  if (options_.sources.cache_cap) {
+    // The cache keeps what a loaded or loading model uses (a version loaded, or being loaded).
+    options_.sources.cache_cap->SetInUse([this](const std::string& entry) {
+      const std::string below = entry + "/";
+      inferd::MutexLock lock(&mu_);
+      for (const auto& [name, e] : entries_) {
+        if (e.dir != entry && e.dir.compare(0, below.size(), below) != 0) continue;
+        for (const auto& [v, slot] : e.versions) {
+          if (slot.model != nullptr || slot.state == ModelState::kLoading) return true;
+        }
+      }
+      return false;
+    });
+  }
 }
 
 ModelLifecycle::~ModelLifecycle() { Shutdown(); }
@@ -224,12 +239,29 @@ ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
   return scan;
 }
 
+namespace {
+// The config file (config.pbtxt, or configs/<n>.pbtxt for --model-config-name) must be the
+// model folder's own, not a link to a file elsewhere.
+absl::Status CheckConfigFileInside(const std::string& name, const std::string& dir,
+                                   const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return absl::OkStatus();
+  const std::string rel = fs::path(path).lexically_relative(dir).string();
+  absl::StatusOr<std::string> inside = config::ResolveInside(dir, StrCat("config file '", rel, "'"), rel);
+  if (!inside.ok()) {
+    return absl::InvalidArgumentError(StrCat("model '", name, "': ", inside.status().message()));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     const std::string& key, const std::string& dir,
     const std::optional<config::ModelConfig>& override_config) {
   const std::string name = PlainName(key);  // a namespaced copy's config names the model itself
   config::ModelConfig cfg;
   const std::string path = config::ModelConfigPath(dir, options_.model_config_name);
+  RETURN_IF_ERROR(CheckConfigFileInside(name, dir, path));
   if (override_config) {
     cfg = *override_config;
   } else if (fs::exists(path)) {
@@ -242,6 +274,11 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
   if (cfg.name().empty()) cfg.set_name(name);
   RETURN_IF_ERROR(config::NormalizePlatformAndBackend(&cfg));
   std::vector<int64_t> versions = ListVersions(dir);
+  // Every field that names a file must name one inside this model's folder (issue 27), checked
+  // before auto-complete reads the model file default_model_filename names.
+  if (absl::Status st = config::CheckFilesInsideModel(cfg, dir, versions); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("model '", name, "': ", st.message()));
+  }
   if (cfg.backend().empty() && cfg.platform().empty()) {
     // No config says which backend: recognise the model file, as Triton core's
     // AutoCompleteBackendFields does (model.py picks the Python backend, whose
@@ -874,6 +911,7 @@ absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::st
   }
   std::optional<config::ModelConfig> override_config;
   const std::string path = config::ModelConfigPath(model_dir, options_.model_config_name);
+  RETURN_IF_ERROR(CheckConfigFileInside(name, model_dir, path));
   if (fs::exists(path)) {
     ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
     cfg.set_name(name);

@@ -77,10 +77,12 @@ class LocalDirSource final : public Source {
       lock = l;
     }
     std::lock_guard<std::mutex> g(*lock);
+    if (absl::Status st = CheckCacheDir(options_.cache_dir); !st.ok()) return st;
     const std::string stamp = FileStamp(path);
     const fs::path dest = fs::path(options_.cache_dir) / "local" / StrCat(name, "@", stamp);
     if (fs::exists(dest / ".complete", ec)) {
       if (stats) stats->cache_hit = true;
+      ModelCacheCap::Touch(dest.string());  // the least recently used go first
       return dest.string();
     }
     const fs::path partial = dest.string() + ".partial";
@@ -89,8 +91,9 @@ class LocalDirSource final : public Source {
     if (absl::Status st = ExtractArchive(path.string(), partial.string(), options_.extract_limits);
         !st.ok()) {
       fs::remove_all(partial, ec);
-      return absl::InvalidArgumentError(
-          StrCat("cannot extract '", path.string(), "': ", st.message()));
+      // A bad archive is the client's fault (400); a cache the server cannot write, its own (500).
+      return absl::Status(absl::IsInvalidArgument(st) ? st.code() : absl::StatusCode::kInternal,
+                          StrCat("cannot extract '", path.string(), "': ", st.message()));
     }
     fs::remove_all(dest, ec);
     fs::rename(partial, dest, ec);
@@ -99,6 +102,7 @@ class LocalDirSource final : public Source {
                                         dest.string(), "': ", ec.message()));
     }
     std::ofstream(dest / ".complete").flush();
+    if (options_.cache_cap) options_.cache_cap->Trim(dest.string());
     return dest.string();
   }
 
@@ -118,6 +122,12 @@ class LocalDirSource final : public Source {
 };
 
 }  // namespace
+
+absl::Status CheckCacheDir(const std::string& cache_dir) {
+  absl::Status st = EnsurePrivateDir(cache_dir, "--model-cache-dir");
+  if (st.ok()) return st;
+  return absl::InternalError(st.message());
+}
 
 absl::StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& url,
                                                    const SourceOptions& options) {

@@ -647,6 +647,21 @@ void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
 
 }  // namespace
 
+// A parameter is a bool, an integer, a double or a string, as in Triton (and as gRPC's
+// InferParameter can only be). Refusing objects and arrays here also means no client value
+// deeper than one level is ever walked by rapidjson's recursive Accept: a request nesting
+// its parameters 87,500 levels deep overflowed the stack when they were written back out.
+static absl::Status CheckScalarParameters(const rapidjson::Value& params) {
+  for (const auto& m : params.GetObject()) {
+    if (m.value.IsObject() || m.value.IsArray() || m.value.IsNull()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "parameter '", std::string_view(m.name.GetString(), m.name.GetStringLength()),
+          "' has invalid type: it must be a bool, an integer, a double or a string"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The shared-memory extension's parameters of one tensor: nullopt without
 // 'shared_memory_region'; 'shared_memory_byte_size' is required with it.
 static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
@@ -721,6 +736,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
   if (auto it = doc.FindMember("parameters"); it != doc.MemberEnd()) {
     const auto& params = it->value;
     if (!params.IsObject()) return absl::InvalidArgumentError("'parameters' must be an object");
+    if (auto st = CheckScalarParameters(params); !st.ok()) return st;
     auto b = GetBoolParam(params, "binary_data_output", "request");
     if (!b.ok()) return b.status();
     parsed.encoding.binary_default = *b;
@@ -804,6 +820,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     std::optional<uint64_t> binary_size;
     if (auto p = in.FindMember("parameters"); p != in.MemberEnd()) {
       if (!p->value.IsObject()) return Invalid(tensor.name, "'parameters' must be an object");
+      if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
       if (auto b = p->value.FindMember("binary_data_size"); b != p->value.MemberEnd()) {
         if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
         binary_size = b->value.GetUint64();
@@ -895,6 +912,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (!p->value.IsObject()) {
           return absl::InvalidArgumentError(inferd::StrCat("output '", ro.name, "': 'parameters' must be an object"));
         }
+        if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
         if (p->value.HasMember("binary_data")) {
           auto b = GetBoolParam(p->value, "binary_data", inferd::StrCat("output '", ro.name, "'"));
           if (!b.ok()) return b.status();
