@@ -245,7 +245,7 @@ TEST(DaliOpsTest, TransposeReshapeCast) {
 }
 
 TEST(DaliOpsTest, BadArgumentsFailAtBuild) {
-  EXPECT_THAT(MakeOperator(Node("Resize", {{"interp_type", I(3)}})).status().message(),
+  EXPECT_THAT(MakeOperator(Node("Resize", {{"resize_x", F(8)}, {"interp_type", I(3)}})).status().message(),
               HasSubstr("interp_type"));
   EXPECT_THAT(MakeOperator(Node("Resize", {})).status().message(), HasSubstr("size"));
   EXPECT_THAT(MakeOperator(Node("CropMirrorNormalize", {{"crop_pos_x", F(2)}})).status().message(),
