@@ -142,7 +142,7 @@ Sample Image(int h, int w, int c, std::vector<float> v, DaliType t = DaliType::k
   s.type = t;
   s.shape = {h, w, c};
   s.layout = "HWC";
-  s.values = std::move(v);
+  s.values.assign(v.begin(), v.end());
   return s;
 }
 

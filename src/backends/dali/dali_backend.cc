@@ -94,7 +94,7 @@ float FromHalf(uint16_t h) {
 }
 
 template <typename T>
-void Store(const std::vector<float>& v, char* out) {
+void Store(const FloatBuffer& v, char* out) {
   for (size_t i = 0; i < v.size(); ++i) {
     const T x = static_cast<T>(v[i]);
     std::memcpy(out + i * sizeof(T), &x, sizeof(T));
@@ -102,7 +102,7 @@ void Store(const std::vector<float>& v, char* out) {
 }
 
 // Writes `v` (already rounded for integer types) as `type` into `out`.
-void WriteValues(DaliType type, const std::vector<float>& v, char* out) {
+void WriteValues(DaliType type, const FloatBuffer& v, char* out) {
   switch (type) {
     case DaliType::kUint8: Store<uint8_t>(v, out); break;
     case DaliType::kUint16: Store<uint16_t>(v, out); break;
@@ -112,7 +112,7 @@ void WriteValues(DaliType type, const std::vector<float>& v, char* out) {
     case DaliType::kInt16: Store<int16_t>(v, out); break;
     case DaliType::kInt32: Store<int32_t>(v, out); break;
     case DaliType::kInt64: Store<int64_t>(v, out); break;
-    case DaliType::kFloat: Store<float>(v, out); break;
+    case DaliType::kFloat: std::memcpy(out, v.data(), v.size() * sizeof(float)); break;
     case DaliType::kFloat64: Store<double>(v, out); break;
     case DaliType::kBool: Store<uint8_t>(v, out); break;
     case DaliType::kFloat16:
@@ -426,12 +426,12 @@ class DaliInstance : public ModelInstance {
   }
 
   absl::Status Collect(const core::InferRequest& req,
-                       const absl::flat_hash_map<std::string, Batch>& edges, size_t first,
+                       absl::flat_hash_map<std::string, Batch>& edges, size_t first,
                        size_t n, core::InferResponse* response) const {
     const bool batching = config_->max_batch_size() > 0;
     for (int o = 0; o < config_->output_size(); ++o) {
       const auto& out_cfg = config_->output(o);
-      const Batch& batch = edges.at(model_->graph.outputs[o]);
+      Batch& batch = edges.at(model_->graph.outputs[o]);
       for (size_t i = first; i < first + n; ++i) {
         if (!batch[i].error.ok()) {
           return absl::Status(batch[i].error.code(),
@@ -470,8 +470,26 @@ class DaliInstance : public ModelInstance {
       }
       const size_t elem = DataTypeSize(type);
       const size_t per = s0.NumElements();
-      auto buffer = std::make_shared<std::vector<double>>((n * per * elem + 7) / 8);
-      char* base = reinterpret_cast<char*>(buffer->data());
+      const bool listed_twice = std::count(model_->graph.outputs.begin(),
+                                           model_->graph.outputs.end(),
+                                           model_->graph.outputs[o]) > 1;
+      if (n == 1 && s0.type == DaliType::kFloat && !s0.is_view && !listed_twice) {
+        // One FLOAT sample: the response holds its values, no copy.
+        auto values = std::make_shared<FloatBuffer>(std::move(batch[first].values));
+        core::OutputTensor out;
+        out.name = out_cfg.name();
+        out.datatype = type;
+        out.shape = batch[first].shape;
+        if (batching) out.shape.insert(out.shape.begin(), 1);
+        out.data = std::string_view(reinterpret_cast<const char*>(values->data()),
+                                    values->size() * sizeof(float));
+        out.holder = std::move(values);
+        response->outputs.push_back(std::move(out));
+        continue;
+      }
+      // Every byte is written below: no zeroing.
+      std::shared_ptr<double[]> buffer(new double[(n * per * elem + 7) / 8]);
+      char* base = reinterpret_cast<char*>(buffer.get());
       for (size_t i = 0; i < n; ++i) {
         const Sample& s = batch[first + i];
         if (s.is_view) {  // an input passed straight through
