@@ -392,9 +392,17 @@ class DaliInstance : public ModelInstance {
     RunContext ctx;
     ctx.threads = threads_;
     ctx.batch_size = total;
-    for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (size_t i = 0; i < g.ops.size();) {
       const OpNode& node = g.ops[i];
-      if (model_->ops[i] == nullptr) continue;  // ExternalSource: fed above
+      if (model_->ops[i] == nullptr) {  // ExternalSource: fed above
+        ++i;
+        continue;
+      }
+      if (model_->ops[i]->PerSample()) {
+        i = RunChain(i, &edges, total);
+        continue;
+      }
+      ++i;
       std::vector<const Batch*> inputs;
       for (const std::string& e : node.inputs) inputs.push_back(&edges[e]);
       Batch out;
@@ -413,6 +421,54 @@ class DaliInstance : public ModelInstance {
         responses[r]->status = st;
       }
     }
+  }
+
+  // Runs the chain of per-sample operators starting at op `start` sample by sample: one thread
+  // takes a sample through the whole chain (better balanced than a barrier after each
+  // operator). Returns the index of the first operator after the chain.
+  size_t RunChain(size_t start, absl::flat_hash_map<std::string, Batch>* edges,
+                  size_t total) const {
+    const PipelineGraph& g = model_->graph;
+    size_t end = start;
+    while (end < g.ops.size() &&
+           (model_->ops[end] == nullptr || model_->ops[end]->PerSample())) {
+      if (model_->ops[end] != nullptr) (*edges)[g.ops[end].output].assign(total, Sample{});
+      ++end;
+    }
+    // Pointers only after every key exists: the map may move its values on insertion.
+    struct Step {
+      const Operator* op;
+      std::vector<const Batch*> inputs;
+      Batch* output;
+    };
+    std::vector<Step> steps;
+    for (size_t k = start; k < end; ++k) {
+      if (model_->ops[k] == nullptr) continue;
+      Step step{model_->ops[k].get(), {}, &(*edges)[g.ops[k].output]};
+      for (const std::string& e : g.ops[k].inputs) step.inputs.push_back(&(*edges)[e]);
+      steps.push_back(std::move(step));
+    }
+    RunContext one;
+    one.batch_size = 1;
+    ParallelFor(total, threads_, [&](size_t i) {
+      std::vector<const Sample*> in;
+      for (const Step& step : steps) {
+        Sample& out = (*step.output)[i];
+        in.clear();
+        for (const Batch* b : step.inputs) {
+          const Sample& s = (*b)[i];
+          if (!s.error.ok()) {
+            out.error = s.error;
+            break;
+          }
+          in.push_back(&s);
+        }
+        if (!out.error.ok()) continue;
+        absl::Status st = step.op->RunOneSample(in, one, &out);
+        if (!st.ok()) out.error = st;
+      }
+    });
+    return end;
   }
 
   std::string LayoutOf(const ExternalInput& ext) const {

@@ -37,7 +37,8 @@ absl::Status Bad(const OpNode& node, std::string_view arg, std::string_view what
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = *std::move(lhs##_or)
 
-// Runs fn(0..n-1) on up to `threads` threads (this one included). fn must not throw.
+}  // namespace
+
 void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
   auto drain = [&] {
@@ -55,6 +56,8 @@ void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
   drain();
   for (auto& t : helpers) t.join();
 }
+
+namespace {
 
 absl::StatusOr<DaliType> TypeArg(const OpNode& node, std::string_view name, DaliType fallback) {
   if (!node.Has(name)) return fallback;
@@ -148,6 +151,19 @@ class SampleOperator : public Operator {
       }
     });
     return absl::OkStatus();
+  }
+
+  bool PerSample() const override { return true; }
+
+  absl::Status RunOneSample(std::span<const Sample* const> in, const RunContext& ctx,
+                            Sample* out) const override {
+    try {
+      return RunSample(in, ctx, out);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError("out of memory");
+    } catch (const std::exception& e) {
+      return absl::InternalError(e.what());
+    }
   }
 
  protected:

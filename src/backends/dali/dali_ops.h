@@ -12,6 +12,7 @@
 // threads at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <new>
 #include <utility>
@@ -81,7 +82,20 @@ class Operator {
   // a returned error fails the whole batch.
   virtual absl::Status Run(std::span<const Batch* const> inputs, Batch* output,
                            const RunContext& ctx) const = 0;
+
+  // True when each output sample depends only on the same sample of the inputs: the executor
+  // may then run a chain of such operators sample by sample (RunOneSample), one thread taking
+  // a sample through the whole chain, instead of operator by operator.
+  virtual bool PerSample() const { return false; }
+  // One sample (inputs already checked for errors); never throws. Only when PerSample().
+  virtual absl::Status RunOneSample(std::span<const Sample* const> /*in*/,
+                                    const RunContext& /*ctx*/, Sample* /*out*/) const {
+    return absl::UnimplementedError("not a per-sample operator");
+  }
 };
+
+// Runs fn(0..n-1) on up to `threads` threads (this one included). fn must not throw.
+void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn);
 
 // Builds the operator `node` names (ExternalSource excepted: the executor feeds it).
 // UNIMPLEMENTED naming the operator and listing SupportedOperators() for one inferd does not
