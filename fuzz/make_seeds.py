@@ -144,9 +144,23 @@ def config_files_seeds():
     }
 
 
+def dali_seeds():
+    """The test pipelines of tests/models/gen_dali_models.py, both writers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+    import gen_dali_models as gen
+    return {
+        "article.dali": gen.article_pipeline(),
+        "resnet_gray.dali": gen.resnet_pipeline(gray=True),
+        "resnet_hwc_mirror.dali": gen.resnet_pipeline(layout="HWC", mirror=1),
+        "arithmetic.dali": gen.arithmetic_pipeline(),
+        "handbuilt.dali": gen.handbuilt_pipeline([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]),
+    }
+
+
 SEEDS = {"image_decode_fuzz": image_seeds, "archive_fuzz": archive_seeds,
          "archive_links_fuzz": archive_links_seeds, "config_files_fuzz": config_files_seeds,
-         "sagemaker_content_type_fuzz": sagemaker_seeds, "onnx_load_fuzz": onnx_seeds}
+         "sagemaker_content_type_fuzz": sagemaker_seeds, "onnx_load_fuzz": onnx_seeds,
+         "dali_pipeline_fuzz": dali_seeds}
 
 if __name__ == "__main__":
     fuzzer, out = sys.argv[1], Path(sys.argv[2])

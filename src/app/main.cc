@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
 #include "backends/repeat/repeat_backend.h"
+#include "backends/dali/dali_backend.h"
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #include "backends/python/python_backend.h"
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeIdentityBackend());
   backends.Register(backends::MakeRepeatBackend());
   backends.Register(backends::MakeImageBackend());
+  backends.Register(backends::MakeDaliBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
   backends.Register(backends::MakePythonBackend());
 #ifdef INFERD_WITH_LIBTORCH

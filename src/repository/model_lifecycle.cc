@@ -316,6 +316,11 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     std::string filename = cfg.default_model_filename();
     if (filename.empty() && cfg.backend() == "onnxruntime") filename = "model.onnx";
     if (filename.empty() && cfg.backend() == "python") filename = "model.py";
+    if (filename.empty() && cfg.backend() == "dali") {
+      // Triton's DALI backend takes model.dali, else dali.py (serialized at load).
+      filename = fs::exists(inferd::StrCat(dir, "/", versions.back(), "/model.dali")) ? "model.dali"
+                                                                                      : "dali.py";
+    }
     std::string model_path = inferd::StrCat(dir, "/", versions.back(), "/", filename);
     if (!filename.empty() && fs::exists(model_path)) {
       RETURN_IF_ERROR(backend->AutoCompleteConfig(model_path, &cfg));
