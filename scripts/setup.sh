@@ -25,7 +25,7 @@ APT_PACKAGES=(
   libgoogle-perftools-dev zlib1g-dev
   buildah debootstrap
   nginx python3-kubernetes
-  heaptrack patchelf
+  heaptrack patchelf valgrind
 )
 
 missing=()
