@@ -1287,6 +1287,30 @@ DaliType Promote(DaliType a, DaliType b) {
   return need == 1 ? DaliType::kInt8 : need == 2 ? DaliType::kInt16 : need == 4 ? DaliType::kInt32 : DaliType::kInt64;
 }
 
+// The type of a binary operation's result: DALI's promotion table; true division of integers
+// gives FLOAT.
+DaliType ResultType(std::string_view fn, DaliType a, DaliType b) {
+  const DaliType t = Promote(a, b);
+  return fn == "fdiv" && !IsFloat(t) ? DaliType::kFloat : t;
+}
+
+// The type an expression yields for inputs of `inputs` types (kNoType where unknown).
+DaliType ExprType(const Expr& e, std::span<const DaliType> inputs) {
+  switch (e.kind) {
+    case Expr::kInput:
+      return static_cast<size_t>(e.index) < inputs.size() ? inputs[e.index] : DaliType::kNoType;
+    case Expr::kConst:
+      return e.type;
+    case Expr::kCall:
+      break;
+  }
+  if (e.args.size() == 1) return ExprType(e.args[0], inputs);
+  if (e.args.size() != 2) return DaliType::kNoType;
+  const DaliType a = ExprType(e.args[0], inputs), b = ExprType(e.args[1], inputs);
+  if (a == DaliType::kNoType || b == DaliType::kNoType) return DaliType::kNoType;
+  return ResultType(e.fn, a, b);
+}
+
 class ArithmeticOp : public SampleOperator {
  public:
   static absl::StatusOr<std::unique_ptr<Operator>> Make(const OpNode& node) {
@@ -1376,15 +1400,10 @@ class ArithmeticOp : public SampleOperator {
       }
       out[d] = std::max(x, y);
     }
-    DaliType type = Promote(a[0].type, a[1].type);
-    for (int k = 0; k < 2; ++k) {
-      const Val& c = a[k];
-      const Val& t = a[1 - k];
-      // A constant keeps the tensor's type unless it is real and the tensor integral.
-      if (c.weak && !t.weak && (IsFloat(t.type) || !IsFloat(c.type))) type = t.type;
-      if (c.weak && !t.weak && IsFloat(c.type) && !IsFloat(t.type)) type = DaliType::kFloat;
-    }
-    if (e.fn == "fdiv" && !IsFloat(type)) type = DaliType::kFloat;
+    // A constant is an operand of its serialized type ("$0:int32": a Python int is int32, a
+    // float float32) in DALI's promotion table, as any tensor is: a UINT8 tensor * 2 is INT32
+    // (Triton's DALI backend QA declares exactly that for `y * 2`).
+    const DaliType type = ResultType(e.fn, a[0].type, a[1].type);
     Val r{type, out, a[0].shape.size() == nd ? a[0].layout : a[1].layout, {},
           a[0].weak && a[1].weak};
     int64_t n = 1;
@@ -1524,19 +1543,21 @@ OutputMeta InferOutputMeta(const OpNode& node, std::span<const OutputMeta> input
     return {dtype(is_float ? DaliType::kFloat : DaliType::kInt32), nd};
   }
   if (op == "ArithmeticGenericOp") {
-    DaliType t = DaliType::kNoType;
+    std::vector<DaliType> types;
     int nd = -1;
     for (const OutputMeta& m : inputs) {
       if (m.type == DaliType::kNoType) return {};
-      t = t == DaliType::kNoType ? m.type : Promote(t, m.type);
+      types.push_back(m.type);
       nd = std::max(nd, m.ndim);
     }
-    auto reals = node.Numbers("real_constants");
     auto desc = node.String("expression_desc", "");
-    if ((reals.ok() && !reals->empty()) || (desc.ok() && desc->find("fdiv") != std::string::npos)) {
-      if (!IsFloat(t)) t = DaliType::kFloat;
-    }
-    return {t, nd};
+    auto ints = node.Numbers("integer_constants");
+    auto reals = node.Numbers("real_constants");
+    if (!desc.ok() || !ints.ok() || !reals.ok()) return {};
+    ExprParser parser(*desc, *ints, *reals);
+    auto e = parser.ParseAll();
+    if (!e.ok()) return {};
+    return {ExprType(*e, types), nd};
   }
   return {};
 }
