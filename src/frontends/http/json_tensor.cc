@@ -6,14 +6,12 @@
 #include <atomic>
 #include <bit>
 #include <charconv>
-#include <condition_variable>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -25,7 +23,9 @@
 #include <emmintrin.h>
 #endif
 
+#include "absl/base/thread_annotations.h"
 #include "common/cpu_budget.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
 
@@ -68,19 +68,19 @@ class SliceHelpers {
     batch.fn = [&fn](size_t i) { fn(i); };
     const size_t tickets = std::min(n - 1, threads_);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       for (size_t t = 0; t < tickets; ++t) queue_.push_back(&batch);
     }
     if (tickets == 1) {
-      work_cv_.notify_one();
+      work_cv_.Signal();
     } else if (tickets > 1) {
-      work_cv_.notify_all();
+      work_cv_.SignalAll();
     }
     fn(0);
     for (size_t i; (i = batch.next.fetch_add(1)) < n;) fn(i);
-    std::unique_lock<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     std::erase(queue_, &batch);  // tickets no helper took: nothing left for them to do
-    done_cv_.wait(lock, [&] { return batch.active == 0; });
+    while (batch.active != 0) done_cv_.Wait(&mu_);
   }
 
  private:
@@ -107,24 +107,24 @@ class SliceHelpers {
   }
 
   void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     for (;;) {
-      work_cv_.wait(lock, [&] { return !queue_.empty(); });
+      while (queue_.empty()) work_cv_.Wait(&mu_);
       Batch* batch = queue_.front();
       queue_.pop_front();
       ++batch->active;
-      lock.unlock();
+      mu_.Unlock();
       for (size_t i; (i = batch->next.fetch_add(1)) < batch->n;) batch->fn(i);
-      lock.lock();
-      if (--batch->active == 0) done_cv_.notify_all();
+      mu_.Lock();
+      if (--batch->active == 0) done_cv_.SignalAll();
     }
   }
 
   size_t threads_ = 0;
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<Batch*> queue_;
+  inferd::Mutex mu_;
+  inferd::CondVar work_cv_;  // queue_ gained tickets
+  inferd::CondVar done_cv_;  // a batch's last helper left it
+  std::deque<Batch*> queue_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs fn(0..n-1), on this thread and the slice helpers.
