@@ -62,6 +62,7 @@ class Accumulator : public backends::ModelInstance {
       inferd::MutexLock lock(mu_);
       batches_->push_back(requests.size());
     }
+    stopped_.store(false);  // a stop asked for during an earlier run
     if (running_ != nullptr) running_->Notify();
     if (gate_ != nullptr) EXPECT_TRUE(gate_->WaitForNotificationWithTimeout(absl::Seconds(30)));
     if (stopped_.load()) {
@@ -229,6 +230,10 @@ TEST_F(SequenceBatcherTest, RunningBatchIsStoppedWhenItsClientCancels) {
   EXPECT_EQ(first_->cancel_calls.load(), 1);
   EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 1u);
+  // The sequence goes on from the state it had before the stopped request (the initial 0).
+  auto next = Wait(Send(5, 3));
+  ASSERT_TRUE(next->status.ok()) << next->status;
+  EXPECT_EQ(I32(next->outputs["OUT"]), 3);
 }
 
 TEST_F(SequenceBatcherTest, RefusesRequestsWithoutACorrelationId) {
