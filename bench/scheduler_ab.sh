@@ -8,7 +8,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 A="$1"; B="${2:-$BUILD/inferd}"
-DURATION=10s; ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}; ROUNDS=${ROUNDS:-5}
 [[ "${3:-}" == "--smoke" ]] && { DURATION=2s; ROUNDS=1; }
 
 REPO=$(mktemp -d); trap 'cleanup; rm -rf "$REPO"' EXIT

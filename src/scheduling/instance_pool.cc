@@ -59,6 +59,66 @@ void InstancePool::Submit(size_t instance, Batch batch) {
   }
 }
 
+void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
+  absl::Status refused;
+  {
+    inferd::MutexLock lock(&mu_);
+    if (stopping_) {
+      refused = absl::UnavailableError(StrCat("model '", options_.model_name, "' version ",
+                                              options_.version, " is unloading"));
+    } else if (queued_.size() >= max_queued) {
+      refused = absl::UnavailableError(
+          StrCat("model '", options_.model_name, "' has ", queued_.size(),
+                 " requests queued, the limit (--max-queue-size); retry later"));
+    } else {
+      queued_.push_back(std::move(batch));
+      // Wake one idle instance that is not already on its way to the queue; with none, the
+      // next instance to finish its run takes it.
+      for (auto& s : slots_) {
+        if (!s->busy && !s->woken) {
+          s->woken = true;
+          s->cv.Signal();
+          break;
+        }
+      }
+      return;
+    }
+  }
+  for (auto& r : batch.requests) {
+    if (r->cancel) r->cancel->ClearListener();
+    options_.stats->RecordFailure(core::NowNs() - r->times.received_ns,
+                                  metrics::FailureReason::kRejected);
+    core::CompleteWithError(std::move(r), refused);
+  }
+}
+
+std::vector<Batch> InstancePool::TakeQueuedIf(absl::FunctionRef<bool(const Batch&)> take) {
+  std::vector<Batch> taken;
+  inferd::MutexLock lock(&mu_);
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    if (take(*it)) {
+      taken.push_back(std::move(*it));
+      it = queued_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (stopping_ && !taken.empty()) all_free_.SignalAll();  // Shutdown waits for the queue too
+  return taken;
+}
+
+size_t InstancePool::Queued() const {
+  inferd::MutexLock lock(&mu_);
+  return queued_.size();
+}
+
+size_t InstancePool::InFlight() const {
+  inferd::MutexLock lock(&mu_);
+  size_t n = executing_;
+  for (const Batch& b : queued_) n += b.requests.size();
+  return n;
+}
+
 size_t InstancePool::Executing() const {
   inferd::MutexLock lock(&mu_);
   return executing_;
@@ -66,31 +126,53 @@ size_t InstancePool::Executing() const {
 
 void InstancePool::InstanceLoop(size_t index) {
   backends::ModelInstance* instance = instances_[index].get();
+  mu_.Lock();
+  Slot* slot = slots_[index].get();
   for (;;) {
+    // A batch submitted to this instance, else the oldest queued one; the lock is taken once
+    // between two runs.
+    while (!slot->batch.has_value() && queued_.empty() && !exit_) slot->cv.Wait(&mu_);
+    slot->woken = false;
     Batch batch;
-    {
-      inferd::MutexLock lock(&mu_);
-      Slot& slot = *slots_[index];
-      while (!slot.batch.has_value() && !exit_) slot.cv.Wait(&mu_);
-      if (!slot.batch.has_value()) return;  // shutting down, nothing submitted
-      batch = *std::move(slot.batch);
-      slot.batch.reset();
+    if (slot->batch.has_value()) {
+      batch = *std::move(slot->batch);
+      slot->batch.reset();
+    } else if (!queued_.empty()) {
+      batch = std::move(queued_.front());
+      queued_.pop_front();
+      slot->busy = true;
+      executing_ += batch.requests.size();
+    } else {
+      break;  // shutting down, nothing left
     }
     const size_t n = batch.requests.size();
+    mu_.Unlock();
     Run(instance, std::move(batch));
-    bool stopping;
-    {
-      inferd::MutexLock lock(&mu_);
-      slots_[index]->busy = false;
-      executing_ -= n;
-      stopping = stopping_;
-      if (stopping) all_free_.SignalAll();
+    mu_.Lock();
+    slot->busy = false;
+    executing_ -= n;
+    if (stopping_) all_free_.SignalAll();
+    if (on_free_) {
+      mu_.Unlock();
+      on_free_(index);
+      mu_.Lock();
     }
-    if (on_free_) on_free_(index);
   }
+  mu_.Unlock();
 }
 
 void InstancePool::Run(backends::ModelInstance* instance, Batch batch) {
+  if (batch.deadline_ns != 0 && batch.expired) {
+    const uint64_t now = core::NowNs();
+    if (now >= batch.deadline_ns) {  // never run what nobody waits for
+      for (auto& r : batch.requests) {
+        if (r->cancel) r->cancel->ClearListener();
+        batch.expired(std::move(r), now);
+      }
+      if (batch.after_delivery) batch.after_delivery();
+      return;
+    }
+  }
   std::vector<std::pair<uint64_t, std::function<void()>>> done;
   auto order_of = [&batch](size_t i) { return batch.order.empty() ? 0 : batch.order[i]; };
   // The scheduler's queue listeners go (RunCancellation installs its own); a request cancelled
@@ -212,9 +294,10 @@ void InstancePool::Shutdown() {
     inferd::MutexLock lock(&mu_);
     if (exit_ && threads_.empty()) return;
     stopping_ = true;
-    // Every batch submitted runs and is delivered; FreeInstance reports none from now on.
+    // Every batch submitted or queued runs and is delivered; FreeInstance reports none and
+    // SubmitAny refuses from now on.
     for (;;) {
-      bool busy = false;
+      bool busy = !queued_.empty();
       for (const auto& s : slots_) busy = busy || s->busy;
       if (!busy) break;
       all_free_.Wait(&mu_);

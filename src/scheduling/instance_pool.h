@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "backends/backend.h"
 #include "common/mutex.h"
 #include "core/infer_request.h"
@@ -41,6 +43,10 @@ struct Batch {
   // Runs on the instance thread once every response of the batch has been delivered, before
   // the instance takes new work (the sequence batcher frees the batch's sequences here).
   std::function<void()> after_delivery;
+  // When an instance picks the batch up at or after `deadline_ns` (core::NowNs; 0: never), it
+  // does not run: each request goes to `expired` (listener cleared), which answers it.
+  uint64_t deadline_ns = 0;
+  std::function<void(std::unique_ptr<core::InferRequest>, uint64_t now_ns)> expired;
 };
 
 // Thread-safe. Owns the instances and their threads; `stats` must outlive the pool.
@@ -77,6 +83,18 @@ class InstancePool {
   // a busy instance (a scheduler bug), the requests are answered with an error.
   void Submit(size_t instance, Batch batch);
 
+  // Queues `batch` for whichever instance is free first, in FIFO order (Triton's default
+  // scheduler): the producer and the instance thread each take the pool's lock once, no
+  // thread in between. Always takes ownership: with `max_queued` batches already waiting
+  // (--max-queue-size), or once Shutdown began, its requests are answered UNAVAILABLE and
+  // counted REJECTED.
+  void SubmitAny(Batch batch, size_t max_queued);
+  // Takes out the batches SubmitAny queued for which `take` returns true (cancelled, past a
+  // deadline). `take` runs under the pool's lock: it must not call into the pool.
+  std::vector<Batch> TakeQueuedIf(absl::FunctionRef<bool(const Batch&)> take);
+  // Batches SubmitAny queued that no instance has picked up yet.
+  size_t Queued() const;
+
   // Hands out completions (each: its arrival number and the call that delivers it). With
   // preserve_ordering they run strictly in arrival order, each once every earlier one has run;
   // a scheduler answers the requests it drops unrun (queue timeouts) through here so they keep
@@ -85,15 +103,18 @@ class InstancePool {
 
   // Requests in submitted batches not delivered yet.
   size_t Executing() const;
+  // Queued() batches' requests plus Executing(), read at one instant.
+  size_t InFlight() const;
 
-  // Waits until every submitted batch has been delivered, then joins the threads. The
-  // scheduler stops submitting first. Idempotent.
+  // Waits until every submitted batch (SubmitAny's queue included) has been delivered, then
+  // joins the threads. A batcher stops submitting first. Idempotent.
   void Shutdown();
 
  private:
   struct Slot {
     std::optional<Batch> batch;  // submitted, not picked up yet
-    bool busy = false;           // from Submit until the batch is delivered
+    bool busy = false;           // from Submit (or a pick from queued_) until delivered
+    bool woken = false;          // signalled for queued_ work, not awake yet
     inferd::CondVar cv;
   };
 
@@ -106,6 +127,7 @@ class InstancePool {
 
   mutable inferd::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  std::deque<Batch> queued_ ABSL_GUARDED_BY(mu_);  // SubmitAny's, for the first free instance
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool exit_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,88 +13,37 @@ uint64_t DeadlineOf(const core::InferRequest& r) {
   return d;
 }
 
-bool Abandoned(const core::InferRequest& r, uint64_t now) {
-  const uint64_t d = DeadlineOf(r);
-  return r.IsCancelled() || (d != 0 && now >= d);
-}
-
 }  // namespace
 
 InstancePoolScheduler::InstancePoolScheduler(
     std::string model_name, int64_t version,
     std::vector<std::unique_ptr<backends::ModelInstance>> instances, size_t max_queue_size,
     metrics::ModelStats* stats, DeadlineSweeper* sweeper)
-    : model_name_(std::move(model_name)),
-      version_(version),
-      max_queue_size_(max_queue_size),
+    : max_queue_size_(max_queue_size),
       stats_(stats),
-      pool_({.model_name = model_name_, .version = version_, .stats = stats_},
-            std::move(instances),
-            [this](size_t) {
-              std::vector<std::unique_ptr<core::InferRequest>> gone;
-              const uint64_t now = core::NowNs();
-              {
-                inferd::MutexLock lock(&mu_);
-                gone = DispatchLocked(now);
-              }
-              for (auto& r : gone) Drop(std::move(r), now);
-            }),
+      pool_({.model_name = std::move(model_name), .version = version, .stats = stats},
+            std::move(instances), /*on_free=*/nullptr),
       sweep_(sweeper->Register([this](uint64_t now) { return Sweep(now); })) {}
 
 InstancePoolScheduler::~InstancePoolScheduler() { Shutdown(); }
 
 void InstancePoolScheduler::Enqueue(std::unique_ptr<core::InferRequest> request) {
-  absl::Status refused;
   if (request->cancel) {
-    // Before mu_: a cancellation wakes the sweeper, which answers the request at once.
+    // A cancellation wakes the sweeper, which answers the request at once.
     request->cancel->SetListener([client = sweep_.get()] { client->WakeNow(); });
   }
   const uint64_t deadline = DeadlineOf(*request);
-  std::vector<std::unique_ptr<core::InferRequest>> gone;
-  const uint64_t now = core::NowNs();
-  {
-    inferd::MutexLock lock(&mu_);
-    if (stopping_) {
-      refused = absl::UnavailableError(
-          inferd::StrCat("model '", model_name_, "' version ", version_, " is unloading"));
-    } else if (queue_.size() >= max_queue_size_) {
-      refused = absl::UnavailableError(
-          inferd::StrCat("model '", model_name_, "' has ", queue_.size(),
-                       " requests queued, the limit (--max-queue-size); retry later"));
-    } else {
-      request->times.queue_start_ns = now;
-      queue_.push_back(std::move(request));
-      gone = DispatchLocked(now);
-    }
+  request->times.queue_start_ns = core::NowNs();
+  Batch batch;
+  batch.requests.push_back(std::move(request));
+  if (deadline != 0) {
+    batch.deadline_ns = deadline;
+    batch.expired = [this](std::unique_ptr<core::InferRequest> r, uint64_t now) {
+      Drop(std::move(r), now);
+    };
   }
-  if (!refused.ok()) {
-    if (request->cancel) request->cancel->ClearListener();
-    stats_->RecordFailure(core::NowNs() - request->times.received_ns,
-                          metrics::FailureReason::kRejected);
-    core::CompleteWithError(std::move(request), std::move(refused));
-    return;
-  }
-  for (auto& r : gone) Drop(std::move(r), now);
+  pool_.SubmitAny(std::move(batch), max_queue_size_);
   if (deadline != 0) sweep_->WakeAt(deadline);
-}
-
-std::vector<std::unique_ptr<core::InferRequest>> InstancePoolScheduler::DispatchLocked(
-    uint64_t now) {
-  std::vector<std::unique_ptr<core::InferRequest>> gone;
-  while (!queue_.empty()) {
-    if (Abandoned(*queue_.front(), now)) {  // never run what nobody waits for
-      gone.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-      continue;
-    }
-    const std::optional<size_t> free = pool_.FreeInstance();
-    if (!free) break;
-    Batch batch;
-    batch.requests.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-    pool_.Submit(*free, std::move(batch));
-  }
-  return gone;
 }
 
 void InstancePoolScheduler::Drop(std::unique_ptr<core::InferRequest> request, uint64_t now) {
@@ -117,43 +66,25 @@ void InstancePoolScheduler::Drop(std::unique_ptr<core::InferRequest> request, ui
 }
 
 uint64_t InstancePoolScheduler::Sweep(uint64_t now) {
-  std::vector<std::unique_ptr<core::InferRequest>> gone;
   uint64_t next = 0;
-  {
-    inferd::MutexLock lock(&mu_);
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (Abandoned(**it, now)) {
-        gone.push_back(std::move(*it));
-        it = queue_.erase(it);
-        continue;
-      }
-      const uint64_t d = DeadlineOf(**it);
-      if (d != 0 && (next == 0 || d < next)) next = d;
-      ++it;
-    }
+  std::vector<Batch> gone = pool_.TakeQueuedIf([&](const Batch& b) {
+    const core::InferRequest& r = *b.requests.front();
+    const uint64_t d = DeadlineOf(r);
+    if (r.IsCancelled() || (d != 0 && now >= d)) return true;
+    if (d != 0 && (next == 0 || d < next)) next = d;
+    return false;
+  });
+  for (Batch& b : gone) {
+    for (auto& r : b.requests) Drop(std::move(r), now);
   }
-  for (auto& r : gone) Drop(std::move(r), now);
   return next;
 }
 
-void InstancePoolScheduler::Shutdown() {
-  {
-    inferd::MutexLock lock(&mu_);
-    stopping_ = true;
-    // Everything queued runs: the instances take it as they free up.
-    mu_.Await(absl::Condition(this, &InstancePoolScheduler::Drained));
-  }
-  pool_.Shutdown();
-}
+// Everything queued runs: the instances take it as they free up.
+void InstancePoolScheduler::Shutdown() { pool_.Shutdown(); }
 
-size_t InstancePoolScheduler::Queued() const {
-  inferd::MutexLock lock(&mu_);
-  return queue_.size();
-}
+size_t InstancePoolScheduler::Queued() const { return pool_.Queued(); }
 
-size_t InstancePoolScheduler::InFlight() const {
-  inferd::MutexLock lock(&mu_);
-  return queue_.size() + pool_.Executing();
-}
+size_t InstancePoolScheduler::InFlight() const { return pool_.InFlight(); }
 
 }  // namespace inferd::scheduling

@@ -1,5 +1,6 @@
 // Triton's default scheduler: a bounded FIFO queue shared by all instances of a model, one
-// request per execution, run on the model's InstancePool.
+// request per execution. The queue is the InstancePool's own (SubmitAny): a request goes from
+// Enqueue to the first free instance with no thread in between.
 //
 // Deadlines and cancellation: a queued request whose `timeout` parameter (from its arrival) or
 // client deadline passes, or whose client cancels it, is answered at that moment by the
@@ -9,14 +10,11 @@
 // the request's own `timeout` always applies.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "backends/backend.h"
-#include "common/mutex.h"
 #include "metrics/model_stats.h"
 #include "scheduling/deadline_sweeper.h"
 #include "scheduling/instance_pool.h"
@@ -24,9 +22,8 @@
 
 namespace inferd::scheduling {
 
-// Thread-safe. Owns the instances; `stats` and `sweeper` must outlive the scheduler.
-// No thread of its own: a request goes from Enqueue, or from the instance that frees up, straight
-// to a free instance.
+// Thread-safe. Owns the instances; `stats` and `sweeper` must outlive the scheduler. No thread
+// of its own.
 class InstancePoolScheduler : public Scheduler {
  public:
   InstancePoolScheduler(std::string model_name, int64_t version,
@@ -41,27 +38,16 @@ class InstancePoolScheduler : public Scheduler {
   size_t Queued() const override;
 
  private:
-  // Hands queued requests to free instances; returns the ones that must be answered unrun.
-  std::vector<std::unique_ptr<core::InferRequest>> DispatchLocked(uint64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the cancelled and expired requests out of the queue, answers them; returns the next
-  // deadline of a queued request (0: none). Runs on the sweeper's thread.
+  // Takes the cancelled and expired requests out of the queue and answers them; returns the
+  // next deadline of a queued request (0: none). Runs on the sweeper's thread.
   uint64_t Sweep(uint64_t now);
   // Answers a request that leaves the queue unrun: cancelled, or past its deadline.
   void Drop(std::unique_ptr<core::InferRequest> request, uint64_t now);
-  bool Drained() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty(); }
 
-  const std::string model_name_;
-  const int64_t version_;
   const size_t max_queue_size_;
   metrics::ModelStats* const stats_;
-
-  mutable inferd::Mutex mu_;
-  std::deque<std::unique_ptr<core::InferRequest>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-
-  // Declared after mu_ and queue_: destroyed first, so no instance thread or sweep runs on.
   InstancePool pool_;
+  // Declared after pool_: unregistered first, so no sweep runs on a pool being destroyed.
   std::unique_ptr<DeadlineSweeper::Client> sweep_;
 };
 

@@ -291,6 +291,61 @@ TEST_F(InstancePoolTest, ShutdownDeliversWhatWasSubmittedThenRefuses) {
   EXPECT_THAT(status_["after"].message(), HasSubstr("unloading"));
 }
 
+TEST_F(InstancePoolTest, SubmitAnyQueuesInOrderForTheFirstFreeInstanceAndIsBounded) {
+  Start({true});
+  auto one = [&](const std::string& id) {
+    Batch b;
+    b.requests.push_back(Request(id));
+    return b;
+  };
+  pool_->SubmitAny(one("a"), 2);
+  ASSERT_TRUE(instances_[0]->started.Wait());
+  pool_->SubmitAny(one("b"), 2);
+  pool_->SubmitAny(one("c"), 2);
+  EXPECT_EQ(pool_->Queued(), 2u);
+  EXPECT_EQ(pool_->InFlight(), 3u);
+  pool_->SubmitAny(one("d"), 2);  // the queue is full: refused at once
+  WaitCompleted(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_EQ(status_["d"].code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(status_["d"].message(), HasSubstr("2 requests queued"));
+  }
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kRejected)], 1u);
+  gates_[0].Notify();
+  WaitCompleted(4);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_THAT(completed_, ElementsAre("d", "a", "b", "c"));
+}
+
+TEST_F(InstancePoolTest, QueuedBatchPastItsDeadlineIsHandedBackUnrun) {
+  Start({true});
+  Submit(0, Request("busy"));
+  ASSERT_TRUE(instances_[0]->started.Wait());
+  Batch late;
+  late.requests.push_back(Request("late"));
+  late.deadline_ns = core::NowNs();  // passed by the time the instance is free
+  late.expired = [this](std::unique_ptr<core::InferRequest> r, uint64_t) {
+    core::CompleteWithError(std::move(r), absl::DeadlineExceededError("expired"));
+  };
+  pool_->SubmitAny(std::move(late), 10);
+  Batch kept;
+  kept.requests.push_back(Request("kept"));
+  pool_->SubmitAny(std::move(kept), 10);
+  // The sweep's view: take what is abandoned out of the queue.
+  auto taken = pool_->TakeQueuedIf([](const Batch& b) { return b.requests.front()->id == "kept"; });
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(pool_->Queued(), 1u);
+  gates_[0].Notify();
+  WaitCompleted(2);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_EQ(status_["late"].code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(instances_[0]->runs.load(), 1);  // only "busy" ran
+  core::CompleteWithError(std::move(taken[0].requests[0]), absl::CancelledError("taken"));
+}
+
 TEST(DeadlineSweeperTest, SweepsAtTheTimeAskedAndWhenWoken) {
   DeadlineSweeper sweeper;
   std::mutex mu;
