@@ -51,8 +51,9 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
              .version = version_,
              .stats = stats_,
              .preserve_ordering = preserve_ordering_},
-            std::move(instances), [this](size_t) {
+            std::move(instances), [this](size_t instance) {
               inferd::MutexLock lock(&mu_);
+              idle_[instance] = true;
               batcher_cv_.Signal();
             }) {
   for (const auto& in : config.input()) {
@@ -69,6 +70,7 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
         levels_[l].policy = it != db.priority_queue_policy().end() ? it->second : db.default_queue_policy();
       }
     }
+    idle_.assign(pool_.size(), true);
   }
   batcher_ = std::thread([this] { BatcherLoop(); });
 }
@@ -251,7 +253,9 @@ void DynamicBatcher::BatcherLoop() {
       batcher_cv_.Wait(&mu_);
       continue;
     }
-    const std::optional<size_t> idle = pool_.FreeInstance();
+    const auto free = std::find(idle_.begin(), idle_.end(), true);
+    const std::optional<size_t> idle =
+        free == idle_.end() ? std::nullopt : std::optional<size_t>(free - idle_.begin());
     const uint64_t timeout_deadline = NextDeadlineLocked();
     if (!idle) {
       if (timeout_deadline) {
@@ -269,25 +273,20 @@ void DynamicBatcher::BatcherLoop() {
     if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
     BatchDecision d = DecideBatch(policy, items, now);
     if (d.take > 0) {
-      std::vector<Pending> batch;
+      Batch run;
+      run.requests.reserve(d.take);
+      if (preserve_ordering_) run.order.reserve(d.take);
+      auto take = [&](std::deque<Pending>& from) {
+        if (preserve_ordering_) run.order.push_back(from.front().sequence);
+        run.requests.push_back(std::move(from.front().request));
+        from.pop_front();
+      };
       size_t left = d.take;
       for (auto& [level, l] : levels_) {
-        while (left > 0 && !l.live.empty()) {
-          batch.push_back(std::move(l.live.front()));
-          l.live.pop_front();
-          --left;
-        }
-        while (left > 0 && !l.delayed.empty()) {
-          batch.push_back(std::move(l.delayed.front()));
-          l.delayed.pop_front();
-          --left;
-        }
+        for (; left > 0 && !l.live.empty(); --left) take(l.live);
+        for (; left > 0 && !l.delayed.empty(); --left) take(l.delayed);
       }
-      Batch run;
-      for (Pending& p : batch) {
-        if (preserve_ordering_) run.order.push_back(p.sequence);
-        run.requests.push_back(std::move(p.request));
-      }
+      idle_[*idle] = false;
       pool_.Submit(*idle, std::move(run));
       continue;
     }

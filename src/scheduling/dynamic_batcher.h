@@ -95,6 +95,9 @@ class DynamicBatcher : public Scheduler {
   inferd::CondVar batcher_cv_;
   std::map<uint64_t, Level> levels_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // arrival order, for preserve_ordering
+  // Instances free for a batch, as the pool reported them (on_free) and this thread took them:
+  // the batcher thread looks here on every wake-up without taking the pool's lock.
+  std::vector<bool> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Declared after the queues: destroyed first, so no instance thread runs on.

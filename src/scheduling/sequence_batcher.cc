@@ -314,8 +314,9 @@ SequenceBatcher::SequenceBatcher(const config::ModelConfig& config, int64_t vers
       stats_(stats),
       now_ns_(std::move(now_ns)),
       pool_({.model_name = model_name_, .version = version_, .stats = stats_},
-            std::move(instances), [this](size_t) {
+            std::move(instances), [this](size_t instance) {
               inferd::MutexLock lock(&mu_);
+              idle_[instance] = true;
               batcher_cv_.Signal();
             }) {
   // Triton: max_candidate_sequences defaults to max_batch_size.
@@ -326,6 +327,7 @@ SequenceBatcher::SequenceBatcher(const config::ModelConfig& config, int64_t vers
   const size_t slots = oldest_ ? static_cast<size_t>(candidates)
                                : pool_.size() * static_cast<size_t>(slots_per_runner_);
   slots_.resize(slots);
+  idle_.assign(pool_.size(), true);
 }
 
 void SequenceBatcher::Start() {
@@ -675,7 +677,7 @@ void SequenceBatcher::BatcherLoop() {
     }
     bool assigned = false;
     for (size_t i = 0; i < pool_.size(); ++i) {
-      if (!pool_.IsFree(i)) continue;
+      if (!idle_[i]) continue;
       uint64_t wait_until = 0;
       std::vector<Sequence*> picked = PickLocked(i, now, &wait_until);
       if (wait_until && (wake == 0 || wait_until < wake)) wake = wait_until;
@@ -705,6 +707,7 @@ void SequenceBatcher::BatcherLoop() {
         }
         executing_ -= picked.size();
       };
+      idle_[i] = false;
       pool_.Submit(i, std::move(batch));
       assigned = true;
       if (oldest_) break;  // the next runner sees the slots as they are now

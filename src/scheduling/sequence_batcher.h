@@ -156,6 +156,8 @@ class SequenceBatcher : public Scheduler {
   size_t queued_ ABSL_GUARDED_BY(mu_) = 0;          // not yet running, backlog included
   size_t backlog_queued_ ABSL_GUARDED_BY(mu_) = 0;  // of those, in the backlog
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  // Instances free for a batch, as the pool reported them (on_free) and this thread took them.
+  std::vector<bool> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Declared after the sequences: destroyed first, so no instance thread runs on. Runner i of
