@@ -34,7 +34,8 @@ export INPUT_NAME=INPUT0 DATATYPE=FP32 SHAPE=1,16 BYTES=64
 
 declare -A got
 for r in $(seq 1 "$ROUNDS"); do
-  for side in A B; do
+  order="A B"; (( r % 2 == 0 )) && order="B A"  # ABBA: neither side always goes first
+  for side in $order; do
     bin=$A; [[ $side == B ]] && bin=$B
     P=$(free_port)
     "$bin" --model-repository="$REPO" --http-port="$P" --allow-grpc=false --allow-metrics=false \
@@ -42,7 +43,9 @@ for r in $(seq 1 "$ROUNDS"); do
     wait_http "http://127.0.0.1:$P/v2/health/ready"
     id=$(wrk_rps 64 "$DURATION" "$ROOT/bench/binary_request.lua" "http://127.0.0.1:$P/v2/models/identity_fp32/infer")
     sp=$(wrk_rps 64 "$DURATION" "$LUA2" "http://127.0.0.1:$P/v2/models/simple/infer")
-    echo "round $r $side: identity_fp32 $id infer/s, simple (dynamic batching) $sp infer/s"
+    batch=$(curl -s "http://127.0.0.1:$P/v2/models/simple/stats" | /usr/bin/python3 -c \
+      'import json,sys; s=json.load(sys.stdin)["model_stats"][0]; print("%.2f" % (s["inference_count"]/max(1,s["execution_count"])))')
+    echo "round $r $side: identity_fp32 $id infer/s, simple (dynamic batching) $sp infer/s (average batch $batch)"
     got[$side.id]+="$id "; got[$side.sp]+="$sp "
     kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
   done

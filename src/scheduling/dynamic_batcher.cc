@@ -52,9 +52,11 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
              .stats = stats_,
              .preserve_ordering = preserve_ordering_},
             std::move(instances), [this](size_t instance) {
-              inferd::MutexLock lock(&mu_);
-              idle_[instance] = true;
-              batcher_cv_.Signal();
+              {
+                inferd::MutexLock lock(&mu_);
+                idle_[instance] = true;
+              }
+              batcher_cv_.Signal();  // outside the lock: the batcher can take it at once
             }) {
   for (const auto& in : config.input()) {
     if (in.allow_ragged_batch()) ragged_inputs_.push_back(in.name());

@@ -36,6 +36,7 @@ bool InstancePool::IsFree(size_t instance) const {
 
 void InstancePool::Submit(size_t instance, Batch batch) {
   absl::Status refused;
+  Slot* wake = nullptr;
   {
     inferd::MutexLock lock(&mu_);
     Slot& slot = *slots_[instance];
@@ -49,9 +50,12 @@ void InstancePool::Submit(size_t instance, Batch batch) {
       slot.busy = true;
       executing_ += batch.requests.size();
       slot.batch = std::move(batch);
-      slot.cv.Signal();
-      return;
+      wake = &slot;
     }
+  }
+  if (wake != nullptr) {
+    wake->cv.Signal();  // outside the lock: the instance can take it at once
+    return;
   }
   for (auto& r : batch.requests) {
     if (r->cancel) r->cancel->ClearListener();
@@ -61,6 +65,7 @@ void InstancePool::Submit(size_t instance, Batch batch) {
 
 void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
   absl::Status refused;
+  Slot* wake = nullptr;
   {
     inferd::MutexLock lock(&mu_);
     if (stopping_) {
@@ -77,12 +82,16 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
       for (auto& s : slots_) {
         if (!s->busy && !s->woken) {
           s->woken = true;
-          s->cv.Signal();
+          wake = s.get();
           break;
         }
       }
-      return;
+      if (wake == nullptr) return;
     }
+  }
+  if (wake != nullptr) {
+    wake->cv.Signal();  // outside the lock: the instance can take it at once
+    return;
   }
   for (auto& r : batch.requests) {
     if (r->cancel) r->cancel->ClearListener();

@@ -315,9 +315,11 @@ SequenceBatcher::SequenceBatcher(const config::ModelConfig& config, int64_t vers
       now_ns_(std::move(now_ns)),
       pool_({.model_name = model_name_, .version = version_, .stats = stats_},
             std::move(instances), [this](size_t instance) {
-              inferd::MutexLock lock(&mu_);
-              idle_[instance] = true;
-              batcher_cv_.Signal();
+              {
+                inferd::MutexLock lock(&mu_);
+                idle_[instance] = true;
+              }
+              batcher_cv_.Signal();  // outside the lock: the batcher can take it at once
             }) {
   // Triton: max_candidate_sequences defaults to max_batch_size.
   const int64_t candidates = config.sequence_batching().oldest().max_candidate_sequences() > 0
