@@ -1,9 +1,13 @@
 #include "scheduling/instance_pool.h"
 
+#include "absl/container/inlined_vector.h"
 #include "common/strings.h"
 #include "scheduling/run_cancellation.h"
 
 namespace inferd::scheduling {
+namespace {
+constexpr size_t kInline = 8;
+}  // namespace
 
 InstancePool::InstancePool(Options options,
                            std::vector<std::unique_ptr<backends::ModelInstance>> instances,
@@ -186,8 +190,8 @@ void InstancePool::Run(backends::ModelInstance* instance, Batch batch) {
   auto order_of = [&batch](size_t i) { return batch.order.empty() ? 0 : batch.order[i]; };
   // The scheduler's queue listeners go (RunCancellation installs its own); a request cancelled
   // since the batch was decided does not run.
-  std::vector<size_t> ran;  // indices into batch.requests
-  ran.reserve(batch.requests.size());
+  // On the stack up to a batch of kInline (the default scheduler runs one request at a time).
+  absl::InlinedVector<size_t, kInline> ran;  // indices into batch.requests
   for (size_t i = 0; i < batch.requests.size(); ++i) {
     core::InferRequest& r = *batch.requests[i];
     if (r.cancel) r.cancel->ClearListener();
@@ -206,9 +210,9 @@ void InstancePool::Run(backends::ModelInstance* instance, Batch batch) {
   }
 
   const size_t n = ran.size();
-  std::vector<core::InferRequest*> reqs(n);
-  std::vector<std::unique_ptr<core::InferResponse>> resps(n);
-  std::vector<core::InferResponse*> resp_ptrs(n);
+  absl::InlinedVector<core::InferRequest*, kInline> reqs(n);
+  absl::InlinedVector<std::unique_ptr<core::InferResponse>, kInline> resps(n);
+  absl::InlinedVector<core::InferResponse*, kInline> resp_ptrs(n);
   int64_t total = 0;
   const uint64_t start = core::NowNs();
   for (size_t k = 0; k < n; ++k) {
