@@ -5,8 +5,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "repository/repository_scan.h"
 #include "repository/s3_source.h"
@@ -69,14 +70,14 @@ class LocalDirSource final : public Source {
           StrCat("model repository '", url_, "' holds no model '", name, "'"));
     }
     // One extraction per archive at a time; a second caller finds the finished folder.
-    std::shared_ptr<std::mutex> lock;
+    std::shared_ptr<inferd::Mutex> lock;
     {
-      std::lock_guard<std::mutex> g(locks_mu_);
+      inferd::MutexLock g(&locks_mu_);
       auto& l = locks_[name];
-      if (!l) l = std::make_shared<std::mutex>();
+      if (!l) l = std::make_shared<inferd::Mutex>();
       lock = l;
     }
-    std::lock_guard<std::mutex> g(*lock);
+    inferd::MutexLock g(lock.get());
     if (absl::Status st = CheckCacheDir(options_.cache_dir); !st.ok()) return st;
     const std::string stamp = FileStamp(path);
     const fs::path dest = fs::path(options_.cache_dir) / "local" / StrCat(name, "@", stamp);
@@ -117,8 +118,9 @@ class LocalDirSource final : public Source {
   const std::string url_;
   const std::string dir_;
   const SourceOptions options_;
-  std::mutex locks_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> locks_;
+  inferd::Mutex locks_mu_;
+  // One per archive name, held while that archive is extracted.
+  std::map<std::string, std::shared_ptr<inferd::Mutex>> locks_ ABSL_GUARDED_BY(locks_mu_);
 };
 
 }  // namespace
