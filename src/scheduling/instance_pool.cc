@@ -144,7 +144,14 @@ void InstancePool::InstanceLoop(size_t index) {
   for (;;) {
     // A batch submitted to this instance, else the oldest queued one; the lock is taken once
     // between two runs.
-    while (!slot->batch.has_value() && queued_.empty() && !exit_) slot->cv.Wait(&mu_);
+    // `woken` says a wake-up is on its way to this instance; it is cleared before every wait,
+    // not only once work is found: woken for a queued batch that another instance took, or
+    // that a sweep took back (cancelled, expired), the instance must be wakeable again, or
+    // SubmitAny would pass it over and leave the queue to wait forever.
+    while (!slot->batch.has_value() && queued_.empty() && !exit_) {
+      slot->woken = false;
+      slot->cv.Wait(&mu_);
+    }
     slot->woken = false;
     Batch batch;
     if (slot->batch.has_value()) {

@@ -387,3 +387,33 @@ TEST(DeadlineSweeperTest, ASweepAsksForItsNextDeadline) {
 
 }  // namespace
 }  // namespace inferd::scheduling
+
+namespace inferd::scheduling {
+namespace {
+
+// An idle instance woken for a queued batch that someone else took first (a cancelled or
+// expired request swept out of the queue) must stay wakeable: the queue is not left to wait
+// forever for a wake-up no one sends (seen as a whole server stalling under wrk, whose closing
+// connections cancel what they had queued).
+TEST_F(InstancePoolTest, AnInstanceWokenForATakenBatchCanBeWokenAgain) {
+  Start({false});
+  for (int i = 0; i < 300; ++i) {
+    Batch gone;
+    gone.requests.push_back(Request("gone" + std::to_string(i)));
+    pool_->SubmitAny(std::move(gone), 10);
+    // Taken back before the instance gets to it (most of the time: the wake-up is slower).
+    auto taken = pool_->TakeQueuedIf([](const Batch&) { return true; });
+    for (auto& b : taken) {
+      core::CompleteWithError(std::move(b.requests[0]), absl::CancelledError("taken"));
+    }
+    Batch next;
+    next.requests.push_back(Request("next" + std::to_string(i)));
+    pool_->SubmitAny(std::move(next), 10);
+    WaitCompleted(2 * static_cast<size_t>(i) + 2);
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(completed_.size(), 2 * static_cast<size_t>(i) + 2) << "stalled at round " << i;
+  }
+}
+
+}  // namespace
+}  // namespace inferd::scheduling
