@@ -31,6 +31,11 @@ absl::StatusOr<std::vector<std::string>> Backend::Configure(
   return unread;
 }
 
+absl::Status Backend::GpuInstanceSupport() const {
+  return absl::FailedPreconditionError(
+      inferd::StrCat("backend '", name(), "' runs only on the CPU"));
+}
+
 absl::StatusOr<std::unique_ptr<ModelInstance>> Backend::CreateInstanceOn(
     const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
     const InstanceDevice& device) {

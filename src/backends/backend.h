@@ -120,10 +120,11 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;
 
-  // True when the backend can run an instance on a GPU (CreateInstanceOn with a GPU device).
-  // The repository places KIND_AUTO groups on the CPU for a backend that cannot, and refuses
-  // KIND_GPU for it (or, with --gpu-fallback-to-cpu, runs those instances on the CPU).
-  virtual bool SupportsGpuInstances() const { return false; }
+  // OK when the backend can run an instance on a GPU (CreateInstanceOn with a GPU device), else
+  // why not (FAILED_PRECONDITION; the default: "backend '<name>' runs only on the CPU"). The
+  // repository places KIND_AUTO groups on the CPU for a backend that cannot, and refuses
+  // KIND_GPU for it with this reason (or, with --gpu-fallback-to-cpu, runs them on the CPU).
+  virtual absl::Status GpuInstanceSupport() const;
 
   // Creates the instance on `device` (repository/placement.h decided it, as Triton's
   // TRITONBACKEND_ModelInstanceKind / DeviceId). The default runs CPU instances through

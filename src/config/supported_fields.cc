@@ -95,7 +95,8 @@ constexpr FieldRule kRules[] = {
     // The CUDA stream priority of Triton's GPU backends.
     {"optimization.priority", kNoEffect, kModel, false, "a CUDA stream priority"},
     {"optimization.cuda", kNoEffect, kModel, true,
-     "CUDA graphs and streams of GPU instances; every instance here runs on the CPU"},
+     "CUDA graphs and streams of GPU instances; only the onnxruntime backend's GPU instances "
+     "read one key, cuda.graphs"},
     {"optimization.execution_accelerators", kYes, kModel},
     // Triton's onnxruntime backend adds GPU execution providers to GPU instances only; the
     // onnxruntime backend here logs them as not applying.

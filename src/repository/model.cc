@@ -231,8 +231,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   spec.dispatch = options.dispatch;
   spec.is_model_ready = options.is_model_ready;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
-  auto placement = PlaceInstances(*spec.config, backend->name(), backend->SupportsGpuInstances(),
-                                  options.placement);
+  auto placement = PlaceInstances(*spec.config, backend->GpuInstanceSupport(), options.placement);
   if (!placement.ok()) return placement.status();
   if (!placement->fallback_warning.empty()) LOG_WARNING << placement->fallback_warning;
   const std::vector<InstancePlacement>& places = placement->instances;

@@ -33,7 +33,7 @@ std::string NoGpuReason(const PlacementOptions& options,
 }  // namespace
 
 absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
-                                         std::string_view backend_name, bool backend_gpu,
+                                         const absl::Status& backend_gpu,
                                          const PlacementOptions& options) {
   std::vector<gpu::DeviceProperties> devices;
   if (options.gpus != nullptr) devices = gpu::ListDevices(*options.gpus);
@@ -58,7 +58,7 @@ absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
     bool gpu = false;
     switch (group.kind()) {
       case Group::KIND_AUTO:
-        gpu = !gpus.empty() || (backend_gpu && !supported.empty());
+        gpu = !gpus.empty() || (backend_gpu.ok() && !supported.empty());
         break;
       case Group::KIND_GPU:
         gpu = true;
@@ -79,8 +79,8 @@ absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
       // The host's reason first: on a host without a GPU, that is the one to fix.
       if (supported.empty()) {
         cannot = NoGpuReason(options, devices);
-      } else if (!backend_gpu) {
-        cannot = inferd::StrCat("backend '", backend_name, "' runs only on the CPU");
+      } else if (!backend_gpu.ok()) {
+        cannot = std::string(backend_gpu.message());
       }
       if (cannot.empty()) {
         // A listed id must be a GPU this server uses (Triton's message, the ids it has).

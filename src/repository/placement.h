@@ -43,10 +43,10 @@ struct Placement {
 };
 
 // Places every instance of `config` (normalized: groups named, counts >= 1) for a backend that
-// can (`backend_gpu`) or cannot use a GPU. INVALID_ARGUMENT for a config error (a bad `gpus`
+// can (`backend_gpu` OK) or cannot (why not) run instances on a GPU. INVALID_ARGUMENT for a config error (a bad `gpus`
 // id, KIND_CPU with `gpus`), FAILED_PRECONDITION when a KIND_GPU group cannot run here.
 absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
-                                         std::string_view backend_name, bool backend_gpu,
+                                         const absl::Status& backend_gpu,
                                          const PlacementOptions& options);
 
 }  // namespace inferd::repository

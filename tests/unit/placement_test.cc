@@ -2,6 +2,9 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <cstdlib>
+
+#include "backends/onnxruntime/onnxruntime_backend.h"
 #include "gmock/gmock.h"
 #include "gpu/fake_runtime.h"
 #include "gtest/gtest.h"
@@ -10,6 +13,9 @@ namespace inferd::repository {
 namespace {
 
 using ::testing::HasSubstr;
+
+const absl::Status kGpuOk = absl::OkStatus();
+const absl::Status kCpuOnly = absl::FailedPreconditionError("backend 'identity' runs only on the CPU");
 
 config::ModelConfig Config(const std::string& groups) {
   config::ModelConfig cfg;
@@ -38,8 +44,7 @@ struct Host {
 
 TEST(PlacementTest, KindGpuWithoutGpusTakesEveryGpuCountPerGpu) {
   Host host(2);
-  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU count: 2 } ]"), "onnxruntime",
-                          true, host.options);
+  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU count: 2 } ]"), kGpuOk, host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   // Triton's order and names: n outer, GPU inner; the same name on each GPU.
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@gpu:0", "m_0_0@gpu:1", "m_0_1@gpu:0",
@@ -51,7 +56,7 @@ TEST(PlacementTest, ListedGpusOnly) {
   Host host(4);
   auto p = PlaceInstances(
       Config("instance_group [ { kind: KIND_CPU }, { name: \"g\" kind: KIND_GPU gpus: [ 3, 1 ] } ]"),
-      "onnxruntime", true, host.options);
+      kGpuOk, host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu", "g_0@gpu:3", "g_0@gpu:1"));
 }
@@ -59,7 +64,7 @@ TEST(PlacementTest, ListedGpusOnly) {
 TEST(PlacementTest, GpuIdOutOfRangeIsRefusedNamingIt) {
   Host host(2);
   auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU gpus: [ 0, 2 ] } ]"),
-                          "onnxruntime", true, host.options);
+                          kGpuOk, host.options);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(p.status().message(),
             "instance group m_0 of model m specifies invalid or unsupported gpu id 2. GPUs with "
@@ -69,16 +74,15 @@ TEST(PlacementTest, GpuIdOutOfRangeIsRefusedNamingIt) {
 TEST(PlacementTest, MinComputeCapabilityExcludesOldGpus) {
   Host host(1, 7, 5);  // a T4
   host.options.min_compute_capability = 8.0;
-  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), "onnxruntime", true,
+  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), kGpuOk,
                           host.options);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(p.status().message(), HasSubstr("no GPU has compute capability 8.0 or more"));
   EXPECT_THAT(p.status().message(), HasSubstr("GPU 0 'Fake GPU 0' is 7.5"));
-  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]"), "onnxruntime",
-                     true, host.options);
+  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]"), kGpuOk, host.options);
   EXPECT_FALSE(p.ok());
   host.options.min_compute_capability = 7.5;  // equal is enough
-  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), "onnxruntime", true,
+  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), kGpuOk,
                      host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@gpu:0"));
@@ -87,18 +91,18 @@ TEST(PlacementTest, MinComputeCapabilityExcludesOldGpus) {
 TEST(PlacementTest, KindAutoPicksTheGpuWhenOneExistsAndTheBackendCanUseIt) {
   const config::ModelConfig cfg = Config("instance_group [ { kind: KIND_AUTO count: 2 } ]");
   Host gpu_host(1);
-  auto p = PlaceInstances(cfg, "onnxruntime", true, gpu_host.options);
+  auto p = PlaceInstances(cfg, kGpuOk, gpu_host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@gpu:0", "m_0_1@gpu:0"));
-  p = PlaceInstances(cfg, "identity", false, gpu_host.options);  // CPU-only backend
+  p = PlaceInstances(cfg, kCpuOnly, gpu_host.options);  // CPU-only backend
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu", "m_0_1@cpu"));
   Host cpu_host(0);
-  p = PlaceInstances(cfg, "onnxruntime", true, cpu_host.options);
+  p = PlaceInstances(cfg, kGpuOk, cpu_host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu", "m_0_1@cpu"));
   // No instance_group at all is one KIND_CPU instance (config normalization), as before.
-  p = PlaceInstances(Config(""), "onnxruntime", true, gpu_host.options);
+  p = PlaceInstances(Config(""), kGpuOk, gpu_host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu"));
 }
@@ -106,7 +110,7 @@ TEST(PlacementTest, KindAutoPicksTheGpuWhenOneExistsAndTheBackendCanUseIt) {
 TEST(PlacementTest, KindCpuWithGpusIsRefused) {
   Host host(1);
   auto p = PlaceInstances(Config("instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]"),
-                          "onnxruntime", true, host.options);
+                          kGpuOk, host.options);
   EXPECT_EQ(p.status().message(),
             "instance group m_0 of model m has kind KIND_CPU but specifies one or more GPUs");
 }
@@ -117,14 +121,14 @@ TEST(PlacementTest, NoGpuFailsSayingWhyOrFallsBackWithOneWarning) {
   options.gpus = &none;
   const config::ModelConfig cfg =
       Config("instance_group [ { kind: KIND_GPU gpus: [ 0, 1 ] }, { kind: KIND_GPU count: 2 } ]");
-  auto p = PlaceInstances(cfg, "onnxruntime", true, options);
+  auto p = PlaceInstances(cfg, kGpuOk, options);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(p.status().message(),
             "instance group m_0 of model m has kind KIND_GPU but cannot run on a GPU: no NVIDIA "
             "driver on this host: CUDA error 35. Use KIND_CPU or KIND_AUTO, or start inferd with "
             "--gpu-fallback-to-cpu to run KIND_GPU instances on the CPU");
   options.gpu_fallback_to_cpu = true;
-  p = PlaceInstances(cfg, "onnxruntime", true, options);
+  p = PlaceInstances(cfg, kGpuOk, options);
   ASSERT_TRUE(p.ok()) << p.status();
   // As many instances as the GPUs would have had.
   EXPECT_THAT(Describe(*p),
@@ -137,12 +141,12 @@ TEST(PlacementTest, NoGpuFailsSayingWhyOrFallsBackWithOneWarning) {
 
 TEST(PlacementTest, CpuOnlyBackendRefusesKindGpuOnAGpuHost) {
   Host host(1);
-  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), "identity", false,
+  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), kCpuOnly,
                           host.options);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(p.status().message(), HasSubstr("backend 'identity' runs only on the CPU"));
   host.options.gpu_fallback_to_cpu = true;
-  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), "identity", false,
+  p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), kCpuOnly,
                      host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu"));
@@ -150,9 +154,64 @@ TEST(PlacementTest, CpuOnlyBackendRefusesKindGpuOnAGpuHost) {
 
 TEST(PlacementTest, NullRuntimeMeansNoGpu) {
   PlacementOptions options;  // gpus null: a caller that gave none (tools)
-  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), "onnxruntime", true,
+  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), kGpuOk,
                           options);
   EXPECT_THAT(p.status().message(), HasSubstr("this server has no GPU runtime"));
+}
+
+// Without ONNX Runtime's CUDA execution provider (CI: INFERD_FETCH_ORT_CUDA unset), the
+// onnxruntime backend says why it cannot take a GPU instance, and placement passes that on.
+TEST(PlacementTest, OnnxRuntimeWithoutTheCudaProviderSaysWhy) {
+  setenv("INFERD_ORT_CUDA_EP_LIBRARY", "/nonexistent/libonnxruntime_providers_cuda.so", 1);
+  auto backend = backends::MakeOnnxRuntimeBackend();
+  const absl::Status support = backend->GpuInstanceSupport();
+  unsetenv("INFERD_ORT_CUDA_EP_LIBRARY");
+  EXPECT_EQ(support.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(support.message(), HasSubstr("CUDA execution provider is not installed"));
+  EXPECT_THAT(support.message(), HasSubstr("/nonexistent/libonnxruntime_providers_cuda.so"));
+  EXPECT_THAT(support.message(), HasSubstr("INFERD_FETCH_ORT_CUDA=1"));
+  Host host(1);
+  auto p = PlaceInstances(Config("instance_group [ { kind: KIND_GPU } ]"), support, host.options);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(), HasSubstr("CUDA execution provider is not installed"));
+  // KIND_AUTO then stays on the CPU.
+  p = PlaceInstances(Config("instance_group [ { kind: KIND_AUTO } ]"), support, host.options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu"));
+  // A GPU instance handed to it anyway is refused with the same reason, not crashed on.
+  config::ModelConfig cfg = Config("instance_group [ { kind: KIND_GPU } ]");
+  backends::ModelSpec spec;
+  spec.config = &cfg;
+  setenv("INFERD_ORT_CUDA_EP_LIBRARY", "/nonexistent/libonnxruntime_providers_cuda.so", 1);
+  auto inst = backend->CreateInstanceOn(spec, cfg.instance_group(0), 0, {true, 0, "m_0_0"});
+  unsetenv("INFERD_ORT_CUDA_EP_LIBRARY");
+  EXPECT_EQ(inst.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(inst.status().message(),
+              HasSubstr("model 'm': instance 'm_0_0' on GPU 0: backend 'onnxruntime' cannot run"));
+}
+
+// With the provider installed (INFERD_ORT_CUDA_EP_LIBRARY set by whoever runs it; CI does not),
+// a GPU instance registers it once and binds to the device, or says why it cannot: here, with
+// no driver, the provider loads (against the stub libcuda) and lists no GPU.
+TEST(PlacementTest, OnnxRuntimeRegistersTheCudaProviderWhenInstalled) {
+  const char* lib = std::getenv("INFERD_ORT_CUDA_EP_LIBRARY");
+  if (lib == nullptr || *lib == 0) GTEST_SKIP() << "INFERD_ORT_CUDA_EP_LIBRARY is not set";
+  auto backend = backends::MakeOnnxRuntimeBackend();
+  ASSERT_TRUE(backend->GpuInstanceSupport().ok()) << backend->GpuInstanceSupport();
+  config::ModelConfig cfg = Config("instance_group [ { kind: KIND_GPU } ]");
+  backends::ModelSpec spec;
+  spec.config = &cfg;
+  spec.model_path = "/nonexistent/model.onnx";
+  auto inst = backend->CreateInstanceOn(spec, cfg.instance_group(0), 0, {true, 0, "m_0_0"});
+  ASSERT_FALSE(inst.ok());  // no model file in either case
+  RecordProperty("answer", std::string(inst.status().message()));
+  if (gpu::SystemRuntime().DeviceCount() == 0) {
+    EXPECT_THAT(inst.status().message(), ::testing::AnyOf(HasSubstr("lists no GPU"),
+                                                          HasSubstr("cannot load ONNX Runtime")))
+        << inst.status();
+  } else {
+    EXPECT_THAT(inst.status().message(), HasSubstr("failed to load")) << inst.status();
+  }
 }
 
 }  // namespace
