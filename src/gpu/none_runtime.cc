@@ -9,6 +9,10 @@ class NoneRuntime : public FakeRuntime {
  public:
   NoneRuntime() : FakeRuntime({}, "this inferd was built without CUDA (-DINFERD_WITH_CUDA=OFF)") {}
   std::string name() const override { return "none"; }
+  // As CUDA's runtime without a device: nothing to pin memory for.
+  absl::StatusOr<std::unique_ptr<PinnedBuffer>> AllocatePinned(size_t bytes) override {
+    return absl::FailedPreconditionError(UnavailableReason());
+  }
 };
 }  // namespace
 
