@@ -69,6 +69,7 @@ RUN set -eu; \
     mkdir -p /out/usr/bin /out/usr/local/lib /out/usr/share/inferd; \
     strip -o /out/usr/bin/inferd build/inferd; \
     mkdir -p /out/usr/lib/inferd; cp -r build/python_backend /out/usr/lib/inferd/python_backend; \
+    cp -r src/backends/dali/pydali /out/usr/lib/inferd/dali_python; \
     cp -P "$ORT_DIR"/lib/libonnxruntime.so.* /out/usr/local/lib/; \
     LD_LIBRARY_PATH="$ORT_DIR/lib" ldd build/inferd | awk '/=> \// {print $3}' | while read -r p; do \
       case "$p" in "$ORT_DIR"/*) continue;; esac; \

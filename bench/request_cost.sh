@@ -13,10 +13,9 @@
 # for work, and spinning instructions count time, not requests.
 #
 # Two figures per binary:
-# - instructions per request (valgrind --tool=callgrind, every thread of the server): the server
-#   is run twice, with N and 2N requests, and the difference / N is the steady-state cost (start,
-#   load and shutdown cancel out). Instruction counts do not move with the machine's noise, so
-#   this is the gate: head / base > 1.03 fails.
+# - instructions per request (valgrind --tool=callgrind, every thread of the server), counted
+#   over N requests after a warm-up (callgrind_control turns counting on and off). Instruction
+#   counts do not move with the machine's noise, so this is the gate: head / base > 1.03 fails.
 # - requests/s at c=1, 8 and 64 (wrk), both servers up at once, rounds interleaved A B B A ...:
 #   reported with the median ratio per concurrency; it moves with the machine's noise, so it
 #   warns (GATE_THROUGHPUT=1 makes a median below 0.97 fail too).
@@ -28,8 +27,8 @@ case "${1:-}" in
   "") ;;
   *) BASE="$1" ;;
 esac
-N=2000; ROUNDS=5; DUR=4s
-if ((SMOKE)); then N=50; ROUNDS=1; DUR=1s; fi
+N=${REQUESTS:-2000}; ROUNDS=5; DUR=4s
+if ((SMOKE)); then N=${REQUESTS:-50}; ROUNDS=1; DUR=1s; fi
 W=$(mktemp -d)
 trap 'cleanup; [[ -d "$W/base" ]] && git -C "$ROOT" worktree remove --force "$W/base"; rm -rf "$W"' EXIT
 
@@ -92,22 +91,21 @@ for _ in range(n):
 PY
 }
 
-# instructions <binary> <requests>: total instructions of a server run that answered <requests>.
-instructions() {
+# per_request <binary>: steady-state instructions per request. Valgrind starts with no
+# instrumentation; after the server is ready and 50 warm-up requests, callgrind_control turns it
+# on for exactly N requests (start, load, lazy first-request work and shutdown stay out).
+per_request() {
   local out="$W/cg.$RANDOM" port; port=$(free_port)
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$1" "${ARGS[@]}" --http-thread-count=1 --http-port="$port" \
-    >"$out.log" 2>&1 &
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$1" "${ARGS[@]}" \
+    --http-thread-count=1 --http-port="$port" >"$out.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 1200); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/models/add_fp32/ready" && break; sleep 0.25; done
-  send "$port" "$2"
+  send "$port" 50
+  callgrind_control -i on "$pid" >/dev/null
+  send "$port" "$N"
+  callgrind_control -i off "$pid" >/dev/null
   kill -TERM "$pid"; wait "$pid" || true
-  awk '/^(summary|totals):/ {print $2; exit}' "$out"
-}
-
-# per_request <binary>: steady-state instructions per request.
-per_request() {
-  local one two; one=$(instructions "$1" "$N"); two=$(instructions "$1" $((2 * N)))
-  awk -v a="$one" -v b="$two" -v n="$N" 'BEGIN {printf "%.0f", (b - a) / n}'
+  awk -v n="$N" '/^totals:/ {printf "%.0f", $2 / n; exit}' "$out"
 }
 
 head_ir=$(per_request "$HEAD_BIN")

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/image/image_decode.h"
+#include "backends/image_codec/image_decode.h"
 #include "backends/image/image_transform.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

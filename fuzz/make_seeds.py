@@ -114,8 +114,53 @@ def onnx_seeds():
     return seeds
 
 
+def archive_links_seeds():
+    """Programs for archive_links_fuzz (see its Path/BuildTar): the issue-27 chain
+    a/, a/l1 -> .., a/l1/l2 -> .., a/l1/l2/l3 -> .., a/l1/l2/l3/x/ with and without openat2."""
+    A, L1, L2, L3, X, UP = 0, 2, 3, 4, 5, 6
+    def entry(kind, names, target=None):
+        out = [kind, len(names) - 1, *names]
+        if target is not None:
+            out += [len(target) - 1, *target]
+        return out
+    chain = (entry(0, [A]) + entry(2, [A, L1], [UP]) + entry(2, [A, L1, L2], [UP]) +
+             entry(2, [A, L1, L2, L3], [UP]) + entry(0, [A, L1, L2, L3, X]) +
+             entry(1, [A, L1, L2, L3, X]))
+    return {"chain_openat2": bytes([0] + chain), "chain_walk": bytes([1] + chain)}
+
+
+def config_files_seeds():
+    out = 'output [{ name: "o" data_type: TYPE_FP32 dims: [1] label_filename: "%s" }]\n'
+    return {
+        "label_passwd.pbtxt": (out % "../../../etc/passwd").encode(),
+        "label_link.pbtxt": (out % "secret-link").encode(),
+        "label_ok.pbtxt": (out % "labels.txt").encode(),
+        "default_model.pbtxt": b'default_model_filename: "../../other/1/model.onnx"\n',
+        "default_model_link.pbtxt": b'default_model_filename: "out/model.onnx"\n',
+        "env.pbtxt": b'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
+                     b'"$$TRITON_MODEL_DIRECTORY/up/env.tar.gz" } }\n',
+        "warmup.pbtxt": b'model_warmup [{ name: "w" batch_size: 1 inputs { key: "i" value { '
+                        b'data_type: TYPE_FP32 dims: [1] input_data_file: "w/../../secret" } } }]\n',
+    }
+
+
+def dali_seeds():
+    """The test pipelines of tests/models/gen_dali_models.py, both writers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+    import gen_dali_models as gen
+    return {
+        "article.dali": gen.article_pipeline(),
+        "resnet_gray.dali": gen.resnet_pipeline(gray=True),
+        "resnet_hwc_mirror.dali": gen.resnet_pipeline(layout="HWC", mirror=1),
+        "arithmetic.dali": gen.arithmetic_pipeline(),
+        "handbuilt.dali": gen.handbuilt_pipeline([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]),
+    }
+
+
 SEEDS = {"image_decode_fuzz": image_seeds, "archive_fuzz": archive_seeds,
-         "sagemaker_content_type_fuzz": sagemaker_seeds, "onnx_load_fuzz": onnx_seeds}
+         "archive_links_fuzz": archive_links_seeds, "config_files_fuzz": config_files_seeds,
+         "sagemaker_content_type_fuzz": sagemaker_seeds, "onnx_load_fuzz": onnx_seeds,
+         "dali_pipeline_fuzz": dali_seeds}
 
 if __name__ == "__main__":
     fuzzer, out = sys.argv[1], Path(sys.argv[2])

@@ -40,6 +40,8 @@ LAYERS = [
     # The Backend / ModelInstance interface, registry and module loader: files directly in
     # src/backends.
     (3, "src/backends", {}),
+    # Image decoding (JPEG/PNG) shared by the image and dali backends; includes no backend.
+    (3, "src/backends/image_codec", {}),
     # One unit per backend (identity, onnxruntime, image, libtorch, python, repeat, ...).
     (4, "src/backends/*", {}),
     (5, "src/scheduling", {}),
@@ -70,6 +72,7 @@ GENERATED = {
     "model_config.pb.h": "src/config",
     "grpc_service.pb.h": "grpc_proto",
     "grpc_service.grpc.pb.h": "grpc_proto",
+    "dali_pipeline.pb.h": "src/backends/dali",
 }
 
 # Third-party headers that only one unit may include (pattern on the include path).

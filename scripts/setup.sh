@@ -21,11 +21,11 @@ APT_PACKAGES=(
   python3-torch python3-torchvision libtorch-dev
   wrk clang libclang-rt-14-dev
   chromium
-  libjpeg62-turbo-dev libpng-dev python3-pil
+  libjpeg62-turbo-dev libpng-dev python3-pil python3-protobuf
   libgoogle-perftools-dev zlib1g-dev
   buildah debootstrap
   nginx python3-kubernetes
-  heaptrack patchelf
+  heaptrack patchelf valgrind
 )
 
 missing=()

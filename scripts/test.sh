@@ -60,7 +60,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   INFERD_BIN="$ASAN_DIR/inferd" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
     -m "not resnet" --ignore=tests/integration/test_torch.py tests/integration
   # A fixed seed makes a run reproducible: a crash found here is found again by the same command.
-  for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz image_decode_fuzz archive_fuzz sagemaker_content_type_fuzz s3_listing_fuzz onnx_load_fuzz; do
+  for f in http_parser_fuzz infer_codec_fuzz model_config_fuzz grpc_codec_fuzz image_decode_fuzz archive_fuzz archive_links_fuzz config_files_fuzz sagemaker_content_type_fuzz s3_listing_fuzz onnx_load_fuzz dali_pipeline_fuzz; do
     corpus="$(mktemp -d)"
     cp "$ROOT/fuzz/corpus/$f"/* "$corpus/" 2>/dev/null || true  # regression inputs
     /usr/bin/python3 "$ROOT/fuzz/make_seeds.py" "$f" "$corpus"   # generated images, archives

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/strings.h"
+#include "repository/model_cache.h"
 #include "repository/s3.h"
 
 namespace inferd::app {
@@ -345,7 +346,12 @@ std::string Usage() {
   --model-eviction-policy=cost-aware|lru   which idle models go first (default cost-aware:
                                    weighs use frequency, recency, size and reload time)
   --model-cache-dir=<d>            where S3 models are downloaded and archives extracted
-                                   (default /tmp/inferd-model-cache; kept across restarts)
+                                   (default $XDG_CACHE_HOME/inferd/model-cache, else
+                                   /tmp/inferd-<uid>/model-cache; created 0700; refused when another user owns it or
+                                   group/others can write it; kept across restarts)
+  --model-cache-max-bytes=<n>      the cache's cap: bytes (20G), a share of the space free at
+                                   start (default 50%), or 0 (none); models not loaded are
+                                   removed, least recently used first, to stay under it
   --sagemaker-model-cache-dir=<d>  the same (older name)
   --model-load-thread-count=<n>    models loaded in parallel (default 4)
   --model-load-wait-secs=<n>       how long a request waits for its model's on-demand load
@@ -428,6 +434,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     };
   };
   TraceFlags trace;  // --trace-config, --trace-*
+  std::string cache_cap = "50%";  // --model-cache-max-bytes
   std::map<std::string, Setter> with_value = {
       {"trace-config", [&](const std::string& v) { return ParseTraceConfig(v, &trace); }},
       // tritonserver's deprecated spellings of the same settings.
@@ -503,6 +510,10 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
            return absl::OkStatus();
          }
          return absl::InvalidArgumentError(inferd::StrCat("--model-eviction-policy takes cost-aware or lru, got '", v, "'"));
+       }},
+      {"model-cache-max-bytes", [&](const std::string& v) -> absl::Status {
+         cache_cap = v;
+         return absl::OkStatus();
        }},
       {"model-memory-budget", [&](const std::string& v) -> absl::Status {
          auto bytes = ParseMemoryBudget(v);
@@ -656,6 +667,31 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit or on-demand");
   }
   f.server.sources.s3 = repository::S3ConfigFromEnvironment();
+  {
+    // bytes (4G), a share of the space free at start (50%, the default), or 0 for no cap.
+    auto bad = [&] {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "--model-cache-max-bytes takes bytes (e.g. 20G), a share of the free space (e.g. 50%) "
+          "or 0 (no cap), got '", cache_cap, "'"));
+    };
+    uint64_t cap = 0;
+    if (!cache_cap.empty() && cache_cap.back() == '%') {
+      double share = 0;
+      if (!absl::SimpleAtod(cache_cap.substr(0, cache_cap.size() - 1), &share) || share <= 0 ||
+          share > 100) {
+        return bad();
+      }
+      cap = static_cast<uint64_t>(
+          static_cast<double>(repository::DefaultCacheCapBytes(f.server.sources.cache_dir)) * 2 *
+          share / 100);
+    } else {
+      auto bytes = ParseMemoryBudget(cache_cap);
+      if (!bytes.ok()) return bad();
+      cap = static_cast<uint64_t>(*bytes);
+    }
+    f.server.sources.cache_cap =
+        std::make_shared<repository::ModelCacheCap>(f.server.sources.cache_dir, cap);
+  }
   if (f.server.repositories.empty() && !f.help && !f.version) {
     return absl::InvalidArgumentError("--model-repository is required; see --help");
   }

@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
 #include "backends/repeat/repeat_backend.h"
+#include "backends/dali/dali_backend.h"
 #include "backends/image/image_backend.h"
 #include "backends/onnxruntime/onnxruntime_backend.h"
 #include "backends/python/python_backend.h"
@@ -39,6 +40,28 @@
 #define INFERD_SANITIZED 1
 #endif
 #endif
+
+namespace {
+
+// Opens --log-file again and points stderr at it: after logrotate moves the file, new lines go
+// to a new file of that name (SIGHUP, SIGUSR1). The old descriptor is replaced atomically by
+// dup2, so a line being written lands in one file or the other.
+void ReopenLogFile(const std::string& path) {
+  if (path.empty()) return;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    LOG_ERROR << "--log-file: cannot reopen '" << path << "': " << std::strerror(errno)
+              << "; logging goes on to the file open before";
+    return;
+  }
+  if (dup2(fd, STDERR_FILENO) < 0) {
+    LOG_ERROR << "--log-file: cannot reopen '" << path << "': " << std::strerror(errno);
+  }
+  close(fd);
+  LOG_INFO << "reopened the log file '" << path << "'";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace inferd;
@@ -105,6 +128,11 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  // Not fatal: SIGHUP re-reads the repository and reopens the log file, SIGUSR1 reopens the
+  // log file (the operator's and logrotate's expectations); their default action would end
+  // the process and drop every request in flight.
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -120,6 +148,7 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeIdentityBackend());
   backends.Register(backends::MakeRepeatBackend());
   backends.Register(backends::MakeImageBackend());
+  backends.Register(backends::MakeDaliBackend());
   backends.Register(backends::MakeOnnxRuntimeBackend());
   backends.Register(backends::MakePythonBackend());
 #ifdef INFERD_WITH_LIBTORCH
@@ -220,7 +249,22 @@ int main(int argc, char** argv) {
   }
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (sig == SIGHUP) {
+      if (server.PollNow()) {
+        LOG_INFO << "received SIGHUP: reading the model repository again";
+      } else {
+        LOG_INFO << "received SIGHUP: the model repository is read again only with "
+                    "--model-control-mode=poll (load and unload through the repository API)";
+      }
+    } else {
+      LOG_INFO << "received SIGUSR1";
+    }
+    ReopenLogFile(flags->log_file);
+  }
   LOG_INFO << "received signal " << sig << ", shutting down";
   // --exit-timeout-secs, as tritonserver: what is in flight gets that long to finish, then the
   // process exits with status 1 whatever is left (a stuck model cannot hold it forever).

@@ -76,4 +76,55 @@ std::string ShapeToString(const Shape& shape) {
   return inferd::StrCat("[", inferd::StrJoin(shape, ","), "]");
 }
 
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = (bits >> 16) & 0x8000;
+  const uint32_t abs = bits & 0x7fffffff;
+  if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf / nan
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // overflow to inf
+  if (abs < 0x38800000) {                       // subnormal or zero
+    if (abs < 0x33000000) return sign;
+    const uint32_t e = abs >> 23;
+    const uint32_t m = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - e;  // at least 14 here
+    uint32_t v = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (v & 1))) ++v;
+    return sign | static_cast<uint16_t>(v);
+  }
+  uint32_t v = ((abs - 0x38000000) >> 13);
+  const uint32_t rem = abs & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
+  return sign | static_cast<uint16_t>(v);
+}
+
 }  // namespace inferd

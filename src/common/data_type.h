@@ -2,8 +2,10 @@
 // sizes and the helpers every layer needs to validate shapes against byte counts.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -43,5 +45,26 @@ absl::StatusOr<int64_t> ElementCount(const Shape& shape);
 
 // "[1,3,224,224]"
 std::string ShapeToString(const Shape& shape);
+
+// IEEE half <-> float (FP16 elements written as JSON numbers and read back), round to nearest
+// even; overflow gives infinity, NaN stays NaN.
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+
+// bfloat16 <-> float (BF16 elements): the upper half of the float, round to nearest even.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float Bf16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 }  // namespace inferd

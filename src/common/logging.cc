@@ -6,18 +6,19 @@
 #include <atomic>
 #include <cstring>
 #include <ctime>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "common/mutex.h"
 
 namespace inferd {
 namespace {
 std::atomic<int> g_verbose{0};
 std::atomic<bool> g_iso{false};
 std::atomic<bool> g_enabled[3] = {true, true, true};  // kError, kWarning, kInfo
-std::mutex g_file_mu;
-std::string g_file_name;
+inferd::Mutex g_file_mu;
+std::string g_file_name ABSL_GUARDED_BY(g_file_mu);
 }  // namespace
 
 void SetLogVerbosity(int verbose) { g_verbose.store(verbose); }
@@ -28,11 +29,11 @@ void SetLogLevelEnabled(LogLevel level, bool enabled) {
 int LogVerbosity() { return g_verbose.load(); }
 bool LogFormatIso8601() { return g_iso.load(); }
 void SetLogFileName(std::string_view name) {
-  std::lock_guard<std::mutex> lock(g_file_mu);
+  inferd::MutexLock lock(&g_file_mu);
   g_file_name.assign(name);
 }
 std::string LogFileName() {
-  std::lock_guard<std::mutex> lock(g_file_mu);
+  inferd::MutexLock lock(&g_file_mu);
   return g_file_name;
 }
 bool LogEnabled(LogLevel level) {

@@ -94,10 +94,6 @@ struct CorrelationId {
   bool is_string = false;
   bool empty() const { return is_string ? text.empty() : number == 0; }
 };
-// One response of a request that may get several (decoupled models, core/response_sender.h);
-// `final` marks the last call, whose response may be null (the final flag alone).
-using ResponseCallback = std::function<void(std::unique_ptr<InferResponse>, bool final)>;
-class ResponseSender;
 
 // A sampled request's trace (the trace extension; server/trace.h makes them). The request
 // hands itself to Finish when it is destroyed, which is after its answer was handed on.

@@ -53,13 +53,13 @@ void PrometheusWriter::Sample(std::string_view name, const Labels& labels, doubl
 }
 
 void MetricsRegistry::AddCollector(Collector collector) {
-  std::lock_guard<std::mutex> lock(mu_);
+  inferd::MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
 std::string MetricsRegistry::Render() const {
   PrometheusWriter w;
-  std::lock_guard<std::mutex> lock(mu_);
+  inferd::MutexLock lock(&mu_);
   for (const auto& c : collectors_) c(w);
   return w.text();
 }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace inferd::metrics {
 
@@ -33,8 +35,8 @@ class MetricsRegistry {
   std::string Render() const;
 
  private:
-  mutable std::mutex mu_;
-  std::vector<Collector> collectors_;
+  mutable inferd::Mutex mu_;
+  std::vector<Collector> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace inferd::metrics

@@ -10,10 +10,8 @@
 #include "common/strings.h"
 #include "common/logging.h"
 #include "repository/placement.h"
-#include "scheduling/dynamic_batcher.h"
 #include "scheduling/ensemble_scheduler.h"
-#include "scheduling/instance_pool_scheduler.h"
-#include "scheduling/sequence_batcher.h"
+#include "scheduling/scheduler_factory.h"
 #include "scheduling/sequence_batcher.h"
 
 namespace inferd::repository {
@@ -159,13 +157,6 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
     model->backend_config_ = *std::move(backend_config);
     spec.config = &model->backend_config_;
   }
-  if (config.has_sequence_batching()) {
-    // The backend also binds the control inputs and the state tensors the scheduler supplies.
-    auto backend_config = scheduling::SequenceBackendConfig(config);
-    if (!backend_config.ok()) return backend_config.status();
-    model->backend_config_ = *std::move(backend_config);
-    spec.config = &model->backend_config_;
-  }
   spec.model_dir = model_dir;
   spec.version_dir = inferd::StrCat(model_dir, "/", version);
   spec.version = version;
@@ -276,20 +267,11 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   }
   const double warmup_secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count();
-  if (config.has_sequence_batching()) {
-    auto batcher = scheduling::SequenceBatcher::Create(model->config_, model_dir, version,
-                                                       std::move(instances), options.max_queue_size,
-                                                       model->stats_.get());
-    if (!batcher.ok()) return batcher.status();
-    model->scheduler_ = *std::move(batcher);
-  } else if (config.has_dynamic_batching()) {
-    model->scheduler_ = std::make_unique<scheduling::DynamicBatcher>(
-        model->config_, version, std::move(instances), options.max_queue_size, model->stats_.get());
-  } else {
-    model->scheduler_ = std::make_unique<scheduling::InstancePoolScheduler>(
-        config.name(), version, std::move(instances), options.max_queue_size,
-        model->stats_.get());
-  }
+  auto scheduler = scheduling::CreateScheduler(model->config_, model_dir, version,
+                                               std::move(instances), options.max_queue_size,
+                                               model->stats_.get());
+  if (!scheduler.ok()) return scheduler.status();
+  model->scheduler_ = *std::move(scheduler);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   model->load_seconds_ = secs;
@@ -298,9 +280,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
            << DescribeDevices(model->devices_) << "), max_batch_size "
            << config.max_batch_size() << ", " << threads << " compute thread(s) on "
            << options.cpu_cores << " core(s), scheduler "
-           << (config.has_sequence_batching()  ? "sequence batching"
-               : config.has_dynamic_batching() ? "dynamic batching"
-                                               : "default")
+           << scheduling::SchedulerName(config)
            << ", warmup "
            << config.model_warmup_size() << " sample(s) in " << warmup_secs << " s, total " << secs
            << " s";

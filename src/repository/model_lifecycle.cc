@@ -14,6 +14,7 @@
 #include "common/memory.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "config/model_files.h"
 #include "core/infer_request.h"
 #include "repository/ensemble_validation.h"
 #include "repository/repository_scan.h"
@@ -27,17 +28,15 @@ namespace {
 constexpr char kUnloadedReason[] = "unloaded";
 // A name no repository held is looked up again only after this long.
 constexpr uint64_t kNotFoundTtlNs = 2'000'000'000;
+// The longest name of one file or folder (Linux's NAME_MAX), and of a "file:" parameter's path.
+constexpr size_t kMaxFileNameBytes = 255;
+constexpr size_t kMaxOverridePathBytes = 1024;
+// Poll mode: a model folder none of whose files was written for this long is taken as
+// complete at first sight; otherwise it must look the same at two polls in a row.
+constexpr auto kPollSettle = std::chrono::seconds(5);
 // An on-demand load that failed is tried again on a request only after this long.
 constexpr uint64_t kRetryFailedNs = 5'000'000'000;
 
-// Frees versions taken out of the registry (outside mu_: each drains its in-flight requests)
-// and hands the memory they held back to the kernel, so an unload, a reload or an eviction
-// shows up in RSS.
-void FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
-  if (retired->empty()) return;
-  retired->clear();
-  ReleaseFreeMemory();
-}
 
 // Resident set size of this process, from /proc/self/statm.
 int64_t RssBytes() {
@@ -55,6 +54,24 @@ int64_t FolderBytes(const fs::path& dir) {
     if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
   }
   return total;
+}
+
+// How long ago the newest file or folder under `dir` was written (zero when it cannot be read).
+std::chrono::nanoseconds NewestWriteAge(const fs::path& dir) {
+  std::error_code ec;
+  auto newest = fs::last_write_time(dir, ec);
+  if (ec) return {};
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    std::error_code e2;
+    const auto t = it->last_write_time(e2);
+    if (e2) return {};
+    newest = std::max(newest, t);
+  }
+  if (ec) return {};
+  const auto age = fs::file_time_type::clock::now() - newest;
+  return std::max(std::chrono::duration_cast<std::chrono::nanoseconds>(age),
+                  std::chrono::nanoseconds(0));
 }
 
 bool IsEnsembleFolder(const fs::path& model_dir) {
@@ -121,6 +138,20 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
   policy_ = options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy();
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
   reaper_ = std::thread([this] { ReapWaiters(); });
+  if (options_.sources.cache_cap) {
+    // The cache keeps what a loaded or loading model uses (a version loaded, or being loaded).
+    options_.sources.cache_cap->SetInUse([this](const std::string& entry) {
+      const std::string below = entry + "/";
+      inferd::MutexLock lock(&mu_);
+      for (const auto& [name, e] : entries_) {
+        if (e.dir != entry && e.dir.compare(0, below.size(), below) != 0) continue;
+        for (const auto& [v, slot] : e.versions) {
+          if (slot.model != nullptr || slot.state == ModelState::kLoading) return true;
+        }
+      }
+      return false;
+    });
+  }
 }
 
 ModelLifecycle::~ModelLifecycle() { Shutdown(); }
@@ -208,12 +239,29 @@ ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
   return scan;
 }
 
+namespace {
+// The config file (config.pbtxt, or configs/<n>.pbtxt for --model-config-name) must be the
+// model folder's own, not a link to a file elsewhere.
+absl::Status CheckConfigFileInside(const std::string& name, const std::string& dir,
+                                   const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return absl::OkStatus();
+  const std::string rel = fs::path(path).lexically_relative(dir).string();
+  absl::StatusOr<std::string> inside = config::ResolveInside(dir, StrCat("config file '", rel, "'"), rel);
+  if (!inside.ok()) {
+    return absl::InvalidArgumentError(StrCat("model '", name, "': ", inside.status().message()));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     const std::string& key, const std::string& dir,
     const std::optional<config::ModelConfig>& override_config) {
   const std::string name = PlainName(key);  // a namespaced copy's config names the model itself
   config::ModelConfig cfg;
   const std::string path = config::ModelConfigPath(dir, options_.model_config_name);
+  RETURN_IF_ERROR(CheckConfigFileInside(name, dir, path));
   if (override_config) {
     cfg = *override_config;
   } else if (fs::exists(path)) {
@@ -226,6 +274,11 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
   if (cfg.name().empty()) cfg.set_name(name);
   RETURN_IF_ERROR(config::NormalizePlatformAndBackend(&cfg));
   std::vector<int64_t> versions = ListVersions(dir);
+  // Every field that names a file must name one inside this model's folder (issue 27), checked
+  // before auto-complete reads the model file default_model_filename names.
+  if (absl::Status st = config::CheckFilesInsideModel(cfg, dir, versions); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("model '", name, "': ", st.message()));
+  }
   if (cfg.backend().empty() && cfg.platform().empty()) {
     // No config says which backend: recognise the model file, as Triton core's
     // AutoCompleteBackendFields does (model.py picks the Python backend, whose
@@ -263,6 +316,11 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     std::string filename = cfg.default_model_filename();
     if (filename.empty() && cfg.backend() == "onnxruntime") filename = "model.onnx";
     if (filename.empty() && cfg.backend() == "python") filename = "model.py";
+    if (filename.empty() && cfg.backend() == "dali") {
+      // Triton's DALI backend takes model.dali, else dali.py (serialized at load).
+      filename = fs::exists(inferd::StrCat(dir, "/", versions.back(), "/model.dali")) ? "model.dali"
+                                                                                      : "dali.py";
+    }
     std::string model_path = inferd::StrCat(dir, "/", versions.back(), "/", filename);
     if (!filename.empty() && fs::exists(model_path)) {
       RETURN_IF_ERROR(backend->AutoCompleteConfig(model_path, &cfg));
@@ -326,6 +384,12 @@ absl::Status ValidateModelName(std::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("the model name is empty");
   if (!IsValidUtf8(name)) return absl::InvalidArgumentError("the model name is not valid UTF-8");
   std::string_view why;
+  if (name.size() > kMaxFileNameBytes) {
+    // A folder of that name cannot exist (NAME_MAX): the client's mistake, not the server's.
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "invalid model name '", name.substr(0, 40), "...': it is ", name.size(),
+        " bytes long; a model name is one folder name, at most ", kMaxFileNameBytes, " bytes"));
+  }
   if (name == "." || name == "..") {
     why = "is a path part";
   } else if (name.find_first_of("/\\") != std::string_view::npos) {
@@ -447,10 +511,33 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     on_disk[v] = FolderBytes(fs::path(dir) / std::to_string(v));
     estimate += on_disk[v];
   }
+  // Each load reserves its estimated footprint before it starts, so loads running together
+  // cannot each fit alone and overshoot together; the reservation becomes the measured
+  // footprint when the load ends.
+  const int64_t on_disk_total = estimate;
+  const absl::Time room_deadline = absl::Now() + options_.load_wait;
   if (budget) {
-    if (absl::Status st = MakeRoom(name, estimate, /*reserve=*/true); !st.ok()) return fail(st);
+    {
+      inferd::ReaderMutexLock lock(&mu_);
+      auto it = entries_.find(name);
+      estimate = it == entries_.end() ? EstimateFootprintLocked(Entry(), on_disk_total)
+                                      : EstimateFootprintLocked(it->second, on_disk_total);
+    }
+    if (absl::Status st = MakeRoom(name, estimate, on_disk_total, room_deadline, &estimate);
+        !st.ok()) {
+      // A budget full for now is not the model's fault: nothing is remembered, and its next
+      // request tries again. One that can never fit is (RESOURCE_EXHAUSTED).
+      if (st.code() == absl::StatusCode::kUnavailable) {
+        LOG_WARNING << "model '" << name << "' not loaded: " << st.message();
+        return st;
+      }
+      return fail(st);
+    }
   }
 
+  // The largest footprint measured for these same files before: RSS growth undercounts a load
+  // that reuses memory the allocator kept from an earlier unload.
+  std::map<int64_t, int64_t> measured_before;
   {
     inferd::MutexLock lock(&mu_);
     Entry& e = entries_[name];
@@ -458,6 +545,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     for (int64_t v : wanted) {
       if (!e.versions.count(v)) e.versions[v].state = ModelState::kLoading;
     }
+    if (e.fingerprint == fingerprint) measured_before = e.measured;
   }
 
   // Load the new versions while the old ones keep serving.
@@ -493,7 +581,9 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     }
     if (model.ok()) {
       slot.state = ModelState::kReady;
-      slot.footprint = options_.footprint_from_disk ? on_disk[v] : std::max(grown, on_disk[v]);
+      slot.footprint = options_.footprint_from_disk
+                           ? on_disk[v]
+                           : std::max({grown, on_disk[v], measured_before[v]});
       (*model)->set_footprint_bytes(slot.footprint);
       slot.model = *std::move(model);
       // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
@@ -542,6 +632,21 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       total_footprint += slot.footprint;
       any_ready |= slot.state == ModelState::kReady;
     }
+    if (e.fingerprint != fingerprint) e.measured.clear();
+    for (const auto& [v, slot] : e.versions) {
+      if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
+    }
+    if (any_ready) {
+      e.last_footprint = total_footprint;
+      if (!options_.footprint_from_disk) {
+        for (const auto& [v, slot] : e.versions) {
+          if (slot.model && on_disk.count(v)) {
+            overhead_bytes_ = std::max(overhead_bytes_, slot.footprint - on_disk[v]);
+          }
+        }
+      }
+    }
+    if (budget) room_cv_.SignalAll();
     e.failed = false;
     e.reason.clear();
     e.fingerprint = fingerprint;
@@ -550,6 +655,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     e.residency = ctx.residency;
     e.parts = ctx.parts;
     e.explicit_load = e.explicit_load || ctx.explicit_load;
+    e.bound = e.bound || any_ready;
     if (first_error.ok()) {
       ++counters_.loads;
     } else {
@@ -573,12 +679,16 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
   if (budget) {
     // The measured footprint may exceed the estimate: make room for the difference, or give
     // the model back.
-    if (absl::Status st = MakeRoom(name, 0, /*reserve=*/false); !st.ok()) {
+    if (absl::Status st = MakeRoom(name, 0, 0, room_deadline, nullptr); !st.ok()) {
       {
         inferd::MutexLock lock(&mu_);
         RetireLocked(name, std::string(st.message()), &retired);
-        entries_[name].failed = true;
-        entries_[name].reason = std::string(st.message());
+        // Remembered only when it can never fit; a full budget lets the next request retry.
+        if (st.code() != absl::StatusCode::kUnavailable) {
+          entries_[name].failed = true;
+          entries_[name].failed_at_ns = core::NowNs();
+          entries_[name].reason = std::string(st.message());
+        }
       }
       FreeRetired(&retired);
       return st;
@@ -712,6 +822,10 @@ absl::StatusOr<std::string> ModelLifecycle::FetchCounted(Source* source, const s
                                                          FetchStats* stats) {
   auto dir = source->Fetch(name, stats);
   inferd::MutexLock lock(&mu_);
+  // A fetch that fails (S3 unreachable or stopping mid-download, a corrupt or unsafe archive)
+  // fails the load that asked for it. NOT_FOUND is a repository that does not hold the name
+  // (Locate asks each in turn); FetchUrl counts it itself, its URL naming one object.
+  if (!dir.ok() && dir.status().code() != absl::StatusCode::kNotFound) ++counters_.load_failures;
   counters_.download_seconds += stats->download_seconds;
   counters_.download_bytes += static_cast<uint64_t>(stats->bytes_downloaded);
   if (dir.ok() && stats->cache_hit && source->remote()) ++counters_.fetch_cache_hits;
@@ -771,6 +885,10 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::stri
   auto source = OpenSource(parent, options_.sources);
   if (!source.ok()) return source.status();
   auto dir = FetchCounted(source->get(), leaf, &found.fetch);
+  if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) {
+    inferd::MutexLock lock(&mu_);
+    ++counters_.load_failures;
+  }
   if (!dir.ok()) {
     // The caller's URL is wrong (missing object, denied): a client error naming it.
     if (dir.status().code() == absl::StatusCode::kNotFound ||
@@ -798,6 +916,7 @@ absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::st
   }
   std::optional<config::ModelConfig> override_config;
   const std::string path = config::ModelConfigPath(model_dir, options_.model_config_name);
+  RETURN_IF_ERROR(CheckConfigFileInside(name, model_dir, path));
   if (fs::exists(path)) {
     ASSIGN_OR_RETURN(auto cfg, config::ReadModelConfigFile(path));
     cfg.set_name(name);
@@ -813,6 +932,9 @@ absl::Status ValidateOverrideFilePath(const std::string& path) {
   if (path.empty()) return bad("names no file (the form is file:<version>/<file name>)");
   if (path.front() == '/') return bad("the path must be relative to the model folder");
   if (path.find('\0') != std::string::npos) return bad("the path holds a NUL character");
+  if (path.size() > kMaxOverridePathBytes) {
+    return bad(StrCat("the path is ", path.size(), " bytes long; at most ", kMaxOverridePathBytes));
+  }
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
@@ -820,6 +942,11 @@ absl::Status ValidateOverrideFilePath(const std::string& path) {
     const std::string_view part(path.data() + start, end - start);
     if (part.empty() || part == ".") return bad("the path has an empty or '.' component");
     if (part == "..") return bad("the path may not leave the model folder ('..')");
+    if (part.size() > kMaxFileNameBytes) {
+      // The write would fail with ENAMETOOLONG: the client named an impossible file.
+      return bad(StrCat("a path component is ", part.size(), " bytes long; at most ",
+                        kMaxFileNameBytes, " bytes (the file system's NAME_MAX)"));
+    }
     start = end + 1;
   }
   return absl::OkStatus();
@@ -1020,6 +1147,17 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   const std::string wanted =
       !source_name.empty() ? source_name : (origin ? origin->source_name : name);
   RETURN_IF_ERROR(ValidateModelName(wanted));
+  if (wanted != name && !(origin && origin->source_name == wanted)) {
+    // A request names another entry to load as `name`: never when the repositories hold a
+    // model of that name, whose clients would get the other model's answers.
+    Scan scan = ScanSources();
+    if (scan.models.count(name) || scan.duplicates.count(name)) {
+      return absl::AlreadyExistsError(StrCat(
+          "model '", name, "' is a model of the repository; the request names '", wanted,
+          "' to load under that name: one name serves one model (use another name for '",
+          wanted, "')"));
+    }
+  }
   if (options_.namespacing && source_name.empty()) {
     if (origin && origin->source != nullptr && wanted != name) {
       // A namespaced copy (an ensemble's step) evicted: loaded again from its own repository.
@@ -1053,13 +1191,16 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
           it = now - it->second >= kNotFoundTtlNs ? not_found_.erase(it) : std::next(it);
         }
       }
-      if (not_found_.size() < 4096) not_found_[name] = now;
+      // Keyed by the entry looked for, not by `name`: a request naming a good entry for the
+      // same name right after one naming a missing entry loads it.
+      if (not_found_.size() < 4096) not_found_[wanted] = now;
     }
     return found.status();
   }
   LoadContext ctx;
   ctx.residency = Residency::kEvictable;
   ctx.origin = Origin{found->source, wanted, ""};
+  ctx.origin->targeted = !source_name.empty() || (origin && origin->targeted);
   if (options_.namespacing && found->source != nullptr) ctx.ns = found->source->url();
   if (wanted != name || IsArchiveName(wanted)) return LoadFromRoot(name, found->dir, ctx);
   return LoadOne(name, found->dir, std::nullopt, ctx);
@@ -1201,11 +1342,34 @@ absl::Status ModelLifecycle::Forget(const std::string& name) {
   return absl::OkStatus();
 }
 
+void ModelLifecycle::FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
+  if (retired->empty()) return;
+  std::vector<const Model*> freed;
+  for (const auto& m : *retired) freed.push_back(m.get());
+  retired->clear();
+  ReleaseFreeMemory();
+  // Only now is their memory back: until here the budget still counted it, so a load on
+  // another thread did not start in the room an eviction was still making.
+  inferd::MutexLock lock(&mu_);
+  for (const Model* m : freed) {
+    if (auto it = retiring_.find(m); it != retiring_.end()) {
+      retiring_bytes_ -= it->second;
+      retiring_.erase(it);
+    }
+  }
+  room_cv_.SignalAll();
+}
+
 void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reason,
                                   std::vector<std::shared_ptr<const Model>>* retired) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
   for (auto& [v, slot] : it->second.versions) {
+    if (slot.model && slot.footprint > 0) {
+      // Counted against the budget until FreeRetired has freed it.
+      retiring_[slot.model.get()] += slot.footprint;
+      retiring_bytes_ += slot.footprint;
+    }
     if (slot.model) retired->push_back(std::move(slot.model));
     slot.model = nullptr;
     slot.footprint = 0;
@@ -1278,6 +1442,29 @@ void ModelLifecycle::Poll() {
       }
     }
   }
+  // Only what has settled loads: a model folder being copied or a file overwritten in place
+  // would load half-written, and serve wrong answers (or fail) until the next change. Triton
+  // reloads on the first change it sees; this waits one poll more, or none for files older
+  // than kPollSettle. An object store's objects appear whole: they load at once.
+  std::map<std::string, std::string> seen;
+  for (const auto& [name, listed] : scan.models) seen[name] = listed.model.fingerprint;
+  for (auto it = changed.begin(); it != changed.end();) {
+    const auto& [name, listed] = *it;
+    bool settled = listed.source->remote();
+    if (auto prev = poll_seen_.find(name); prev != poll_seen_.end()) {
+      settled = settled || prev->second == listed.model.fingerprint;
+    }
+    settled = settled ||
+              NewestWriteAge(fs::path(listed.source->url()) / listed.model.name) >= kPollSettle;
+    if (settled) {
+      ++it;
+    } else {
+      LOG_INFO << "poll: model '" << name
+               << "' is new or changed; it loads once its files are the same at the next poll";
+      it = changed.erase(it);
+    }
+  }
+  poll_seen_ = std::move(seen);
   for (const auto& name : removed) {
     std::vector<std::shared_ptr<const Model>> retired;
     {
@@ -1348,6 +1535,7 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
   bool start = false;
   bool stopping = false;
   bool submit_failed = false;
+  absl::Status conflict;
   if (ValidateModelName(name).ok()) {
     inferd::MutexLock lock(&mu_);
     stopping = stopping_;
@@ -1357,12 +1545,31 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
       for (const auto& [v, slot] : it->second.versions) ready |= slot.state == ModelState::kReady;
     }
     const uint64_t now = core::NowNs();
+    // One name, one source: a request that names another source than the one `name` was
+    // loaded from (or is being loaded from) is refused, loaded or not. A model loaded from a
+    // multi-model URL has no entry name to compare: the platform keys it by the name.
+    std::string bound_to;
+    if (!source_name.empty()) {
+      if (it != entries_.end() && it->second.bound && it->second.origin &&
+          it->second.origin->url.empty() && it->second.origin->source_name != source_name) {
+        bound_to = it->second.origin->source_name;
+      } else if (auto p = pending_.find(name);
+                 p != pending_.end() && p->second->source_name != source_name) {
+        bound_to = p->second->source_name.empty() ? name : p->second->source_name;
+      }
+    }
+    if (!bound_to.empty()) {
+      conflict = absl::AlreadyExistsError(StrCat(
+          "model '", name, "' serves '", bound_to, "'; the request names '", source_name,
+          "' for it: one name serves one model (unload '", name, "' first, or use another name)"));
+    }
     // Loads on demand: in on-demand mode, or a model the store evicted and remembers.
-    bool may_load = !ready && !stopping && (options_.on_demand ||
-                               (it != entries_.end() && it->second.origin &&
-                                it->second.residency == Residency::kEvictable));
+    bool may_load = conflict.ok() && !ready && !stopping &&
+                    (options_.on_demand || (it != entries_.end() && it->second.origin &&
+                                            it->second.residency == Residency::kEvictable));
+    const std::string& looked_for = source_name.empty() ? name : source_name;
     if (may_load) {
-      if (auto nf = not_found_.find(name); nf != not_found_.end()) {
+      if (auto nf = not_found_.find(looked_for); nf != not_found_.end()) {
         if (now - nf->second < kNotFoundTtlNs) {
           may_load = false;
         } else {
@@ -1370,14 +1577,18 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
         }
       }
     }
+    // (Unless the request names another source than the one that failed.)
     if (may_load && it != entries_.end() && it->second.failed && !pending_.count(name) &&
-        now - it->second.failed_at_ns < kRetryFailedNs) {
+        now - it->second.failed_at_ns < kRetryFailedNs &&
+        (source_name.empty() || !it->second.origin ||
+         it->second.origin->source_name == source_name)) {
       may_load = false;  // a load that just failed: its reason answers until the retry delay
     }
     if (may_load) {
       auto& pending = pending_[name];
       if (!pending) {
         pending = std::make_shared<PendingLoad>();
+        pending->source_name = source_name;
         start = true;
       }
       pending->waiters.push_back(waiter);
@@ -1404,6 +1615,7 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
   }
   if (!wait) {
     // The caller's lookup reports the model as it is.
+    if (!conflict.ok()) return Fire(waiter, conflict);
     Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down") : absl::OkStatus());
     return;
   }
@@ -1420,11 +1632,30 @@ void ModelLifecycle::FinishPending(const std::string& name, const absl::Status& 
     inferd::MutexLock lock(&mu_);
     auto it = pending_.find(name);
     if (it == pending_.end()) return;
-    pending = std::move(it->second);
-    pending_.erase(it);
+    pending = it->second;
   }
-  // OK: each waiter looks the model up itself (and gets its real state).
-  for (auto& w : pending->waiters) Fire(w, status);
+  // OK: each waiter looks the model up itself (and gets its real state). The entry stays in
+  // pending_ until every waiter has been answered, so that no other load evicts the model
+  // between its load and the lookups of the requests that waited for it (they got 503 "has
+  // no ready version: evicted to make room" under a busy budget). A request that joined
+  // meanwhile (possible only after a failed load) is answered too.
+  size_t answered = 0;
+  for (;;) {
+    std::vector<std::shared_ptr<Waiter>> batch;
+    {
+      inferd::MutexLock lock(&mu_);
+      batch.assign(pending->waiters.begin() + static_cast<std::ptrdiff_t>(answered),
+                   pending->waiters.end());
+      answered = pending->waiters.size();
+      if (batch.empty()) {
+        if (auto it = pending_.find(name); it != pending_.end() && it->second == pending) {
+          pending_.erase(it);
+        }
+        break;
+      }
+    }
+    for (auto& w : batch) Fire(w, status);
+  }
 }
 
 void ModelLifecycle::ReapWaiters() {
@@ -1478,7 +1709,7 @@ void ModelLifecycle::ReapWaiters() {
 // ---- the memory budget -----------------------------------------------------------------------
 
 int64_t ModelLifecycle::ResidentBytesLocked() const {
-  int64_t total = reserved_bytes_;
+  int64_t total = reserved_bytes_ + retiring_bytes_;
   for (const auto& [name, e] : entries_) {
     for (const auto& [v, slot] : e.versions) total += slot.footprint;
   }
@@ -1486,7 +1717,10 @@ int64_t ModelLifecycle::ResidentBytesLocked() const {
 }
 
 bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
-  if (e.residency != Residency::kEvictable || loading_.count(name)) return false;
+  // Not while loading, nor while the requests that waited for its load look it up.
+  if (e.residency != Residency::kEvictable || loading_.count(name) || pending_.count(name)) {
+    return false;
+  }
   bool loaded = false;
   for (const auto& [v, slot] : e.versions) {
     if (!slot.model) continue;
@@ -1504,16 +1738,35 @@ bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) co
   return loaded;
 }
 
-absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, bool reserve) {
+int64_t ModelLifecycle::EstimateFootprintLocked(const Entry& e, int64_t on_disk) const {
+  int64_t estimate = std::max(on_disk, e.last_footprint);
+  if (e.last_footprint == 0 && !options_.footprint_from_disk) estimate = on_disk + overhead_bytes_;
+  return estimate;
+}
+
+absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, int64_t at_least,
+                                      absl::Time deadline, int64_t* reserved) {
   const int64_t budget = options_.memory_budget_bytes;
   for (;;) {
     std::vector<std::shared_ptr<const Model>> retired;
     std::vector<std::string> victims;
     {
       inferd::MutexLock lock(&mu_);
+      // What is never evicted (pinned models, ensemble parts, this model's own versions): an
+      // estimate larger than the rest of the budget is cut to it (the load then shows what it
+      // really needs), and a model whose sure minimum does not fit is refused at once.
+      int64_t fixed = 0;
+      for (const auto& [n, e] : entries_) {
+        if (e.residency == Residency::kEvictable && n != name) continue;
+        for (const auto& [v, slot] : e.versions) fixed += slot.footprint;
+      }
+      if (needed > budget - fixed) needed = std::max<int64_t>(at_least, budget - fixed);
       const int64_t resident = ResidentBytesLocked();
       if (resident + needed <= budget) {
-        if (reserve) reserved_bytes_ += needed;
+        if (reserved != nullptr) {
+          reserved_bytes_ += needed;
+          *reserved = needed;
+        }
         return absl::OkStatus();
       }
       // The policy sees how each model has been used since it last looked (requests only
@@ -1554,6 +1807,22 @@ absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, b
           if (auto it = entries_.find(name); it != entries_.end()) {
             for (const auto& [v, slot] : it->second.versions) wants += slot.footprint;
           }
+        }
+        // Room comes back when requests in flight end (their models become evictable) and
+        // other loads settle their reservations: wait for it, up to the load-wait limit. A
+        // model leaves "in use" without telling the store, hence the bounded re-check.
+        const bool forever = fixed + at_least > budget;
+        const absl::Time now = absl::Now();
+        if (!forever && !stopping_ && now < deadline) {
+          room_cv_.WaitWithTimeout(&mu_, std::min(absl::Milliseconds(20), deadline - now));
+          continue;
+        }
+        if (!forever) {
+          return absl::UnavailableError(StrCat(
+              "model '", name, "' needs about ", wants, " bytes and the memory budget ",
+              "(--model-memory-budget) of ", budget, " bytes stayed full for ",
+              absl::FormatDuration(options_.load_wait), " (--model-load-wait-secs): ",
+              StrJoin(held, ", "), "; retry later"));
         }
         return absl::ResourceExhaustedError(StrCat(
             "model '", name, "' needs about ", wants, " bytes but the memory budget (",
@@ -1779,7 +2048,12 @@ std::map<std::string, std::string> ModelLifecycle::UrlModels() const {
   std::map<std::string, std::string> out;
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
-    if (entry.origin && !entry.origin->url.empty()) out[name] = entry.origin->url;
+    if (!entry.origin) continue;
+    if (!entry.origin->url.empty()) {
+      out[name] = entry.origin->url;
+    } else if (entry.origin->targeted && entry.bound && entry.origin->source != nullptr) {
+      out[name] = StrCat(entry.origin->source->url(), "/", entry.origin->source_name);
+    }
   }
   return out;
 }

@@ -140,7 +140,9 @@ class ModelLifecycle {
   absl::Status Unload(const std::string& name, bool unload_dependents = false);
   // Unload, and forget where the model came from (SageMaker DELETE /models/<name>).
   absl::Status Forget(const std::string& name);
-  // Poll mode: loads new models, reloads changed ones, unloads removed ones.
+  // Poll mode: loads new models, reloads changed ones, unloads removed ones. A new or changed
+  // model of a local folder loads once it has settled: its files unchanged since the previous
+  // poll, or none written for kPollSettle; until then the old version keeps serving.
   void Poll();
   void UnloadAll();
 
@@ -148,7 +150,9 @@ class ModelLifecycle {
   // when nothing can load it; otherwise after the load it starts or joins (on a loader thread),
   // or with UNAVAILABLE after the wait limit. Loads only in on-demand mode or for a model the
   // store remembers (evicted). `source_name` is the repository entry to load when it differs
-  // from `name` (SageMaker's TargetModel archive).
+  // from `name` (SageMaker's TargetModel archive). One name is bound to one source: when
+  // `name` is loaded (or remembered) from another source, is being loaded from another, or is
+  // a model of the repositories itself, `then` gets ALREADY_EXISTS naming both (HTTP 409).
   void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                      const std::string& source_name = "");
   // The waiting request's own limits: when `cancel` fires, or at `deadline_ns` (monotonic; 0:
@@ -175,7 +179,9 @@ class ModelLifecycle {
   std::vector<std::shared_ptr<const Model>> AllReadyModels() const;
   // The measured footprint of one loaded version (0 when not loaded).
   int64_t FootprintBytes(std::string_view name, int64_t version) const;
-  // Models loaded through LoadFromUrl and their URLs (SageMaker GET /models).
+  // Models loaded through LoadFromUrl and their URLs, and those an on-demand request loaded
+  // from the repository entry it named (WhenAvailable's `source_name`), with the entry's URL
+  // (SageMaker GET /models).
   std::map<std::string, std::string> UrlModels() const;
 
   void CollectMetrics(metrics::PrometheusWriter& w) const;
@@ -198,6 +204,9 @@ class ModelLifecycle {
     Source* source = nullptr;  // a repository entry (`source_name` in it)
     std::string source_name;
     std::string url;  // or a SageMaker multi-model URL
+    // Named by the request that loaded it (SageMaker's TargetModel), not by the model's name:
+    // listed by UrlModels, as a model loaded through POST /models is.
+    bool targeted = false;
   };
   struct Entry {
     std::string dir;
@@ -209,6 +218,11 @@ class ModelLifecycle {
     Residency residency = Residency::kPinned;
     std::optional<Origin> origin;
     std::vector<std::string> parts;  // an archive ensemble's composing models
+    int64_t last_footprint = 0;      // its versions' footprint at its last load (kept after an eviction)
+    std::map<int64_t, int64_t> measured;  // version -> largest footprint measured for `fingerprint`
+    // Loaded once from `origin`: the name is bound to that source until it is forgotten, and a
+    // request naming another source for it is refused (never served by the wrong model).
+    bool bound = false;
     // Loaded by name (a load request, --load-model, the start, a poll, on demand), not only
     // as an ensemble's step: unload_dependents leaves it loaded.
     bool explicit_load = false;
@@ -229,6 +243,7 @@ class ModelLifecycle {
   // One on-demand load in progress: who waits for it.
   struct PendingLoad {
     std::vector<std::shared_ptr<Waiter>> waiters;
+    std::string source_name;  // what it loads, when a request named it (TargetModel)
   };
   // The models the repositories hold, for one pass.
   struct Listed {
@@ -314,12 +329,19 @@ class ModelLifecycle {
   static void Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status);
   void ReapWaiters();
 
-  // Memory budget. Reserve makes room for `bytes` more (evicting) and holds it until Release.
-  // Makes room for `needed` more bytes under the budget by evicting, and (with `reserve`)
-  // holds them in reserved_bytes_ until the caller releases them. RESOURCE_EXHAUSTED when
-  // nothing more can be evicted.
-  absl::Status MakeRoom(const std::string& name, int64_t needed, bool reserve)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Memory budget. Makes room for `needed` more bytes under the budget by evicting, and (with
+  // `reserved`) holds them in reserved_bytes_ until the caller releases them. While the budget
+  // is full only for now (models in use, other loads' reservations), waits for room until
+  // `deadline` (the load-wait limit) and then answers UNAVAILABLE: a full budget, not a broken
+  // model. RESOURCE_EXHAUSTED when `at_least` bytes more could never fit (pinned models and
+  // ensemble parts hold the rest).
+  // `reserved` (when not null) receives the bytes held, which the caller gives back.
+  absl::Status MakeRoom(const std::string& name, int64_t needed, int64_t at_least,
+                        absl::Time deadline, int64_t* reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // The footprint a load of `name` will likely have: its own last measured footprint, else its
+  // size on disk plus the largest overhead (footprint minus size on disk) measured so far.
+  int64_t EstimateFootprintLocked(const Entry& e, int64_t on_disk) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const std::string& name, const Entry& e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -328,8 +350,12 @@ class ModelLifecycle {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The models a loaded ensemble's steps name (empty for a model that is not a loaded ensemble).
   std::set<std::string> StepModelsLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees versions taken out of the registry (outside mu_: each drains its in-flight
+  // requests), hands the memory they held back to the kernel (so an unload, a reload or an
+  // eviction shows up in RSS), and only then stops counting it against the budget.
+  void FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) ABSL_LOCKS_EXCLUDED(mu_);
   // Takes every version of `name` (and its parts no other ensemble shares) out of the registry; the caller frees them
-  // outside mu_.
+  // outside mu_ with FreeRetired.
   void RetireLocked(const std::string& name, std::string_view reason,
                     std::vector<std::shared_ptr<const Model>>* retired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -340,6 +366,10 @@ class ModelLifecycle {
   std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
 
   inferd::Mutex pass_mu_;     // one LoadAll / Poll pass at a time
+  // Poll mode: each listed model's fingerprint at the previous poll. A new or changed model
+  // loads only once its files are the same at two polls in a row (or older than the settle
+  // time): a file still being written in place is never loaded half-written.
+  std::map<std::string, std::string> poll_seen_ ABSL_GUARDED_BY(pass_mu_);
   inferd::Mutex measure_mu_;  // instance creation, when footprints are RSS growth under a budget
   std::atomic<int> instantiating_{0};          // loads creating instances right now
   std::atomic<uint64_t> instantiations_{0};    // ever started (to see an overlap)
@@ -353,6 +383,13 @@ class ModelLifecycle {
   // does not become a storm of repository listings.
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Versions retired but not yet freed (FreeRetired), and their footprints: still resident.
+  std::map<const Model*, int64_t> retiring_ ABSL_GUARDED_BY(mu_);
+  int64_t retiring_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The largest measured footprint minus size on disk (a backend's per-model overhead).
+  int64_t overhead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Signalled when budget room may have appeared (a load done, an unload, an eviction).
+  inferd::CondVar room_cv_;
   mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> hits_{0};
 

@@ -778,7 +778,8 @@ std::vector<S3Part> PlanS3Parts(int64_t size, const S3TransferOptions& options) 
 
 absl::Status DownloadS3Object(const S3Config& config, const S3Location& location,
                               const S3Object& info, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A new file in a fresh snapshot: never through a link, never over an existing file.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(StrCat("cannot write '", path, "': ", strerror(errno)));
   const std::vector<S3Part> parts = PlanS3Parts(info.size, config.transfer);
   FileSink sink(fd, parts, path);

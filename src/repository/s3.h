@@ -110,8 +110,8 @@ struct S3Part {
 };
 std::vector<S3Part> PlanS3Parts(int64_t size, const S3TransferOptions& options);
 
-// Downloads the object `info` describes (from HeadS3Object or a listing) into `path`
-// (created or truncated). Each part must come back with info.etag and its exact length. On
+// Downloads the object `info` describes (from HeadS3Object or a listing) into `path`, a new
+// file (an existing file or link there is an error: O_EXCL | O_NOFOLLOW). Each part must come back with info.etag and its exact length. On
 // error the file may hold part of the object: write to a temporary name and rename.
 absl::Status DownloadS3Object(const S3Config& config, const S3Location& location,
                               const S3Object& info, const std::string& path);

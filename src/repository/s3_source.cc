@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/mutex.h"
+#include "common/rooted_dir.h"
 #include "common/strings.h"
 
 namespace inferd::repository {
@@ -250,7 +251,8 @@ class S3Source final : public Source {
         config_(std::move(config)),
         options_(std::move(options)),
         base_(fs::path(options_.cache_dir) / "s3" / where_.bucket / FlattenPrefix(where_.prefix)) {
-    RemoveAbandonedTemps(base_);
+    // Nothing is removed from a cache folder the server does not own (Fetch refuses it).
+    if (CheckCacheDir(options_.cache_dir).ok()) RemoveAbandonedTemps(base_);
   }
 
   const std::string& url() const override { return url_; }
@@ -265,6 +267,7 @@ class S3Source final : public Source {
 
   absl::StatusOr<std::string> Fetch(const std::string& name, FetchStats* stats) override {
     if (!IsFolderName(name)) return NoSuchModel(name);
+    if (absl::Status st = CheckCacheDir(options_.cache_dir); !st.ok()) return st;
     std::shared_ptr<inferd::Mutex> lock = LockFor(name);
     inferd::MutexLock hold(lock.get());
     FetchStats local;
@@ -324,6 +327,7 @@ class S3Source final : public Source {
     SnapshotBuilder snapshot(base_, StrCat(name, "@", S3Fingerprint(files)));
     if (IsComplete(snapshot.path())) {
       stats->cache_hit = true;
+      ModelCacheCap::Touch(snapshot.path().string());
       return snapshot.path().string();
     }
     if (absl::Status st = snapshot.Create(); !st.ok()) return st;
@@ -341,6 +345,7 @@ class S3Source final : public Source {
     }
     if (absl::Status st = snapshot.Commit(manifest); !st.ok()) return st;
     PruneSnapshots(base_, name, snapshot.path());
+    if (options_.cache_cap) options_.cache_cap->Trim(snapshot.path().string());
     return snapshot.path().string();
   }
 
@@ -350,10 +355,15 @@ class S3Source final : public Source {
                          const fs::path& previous, const Manifest& reusable, FetchStats* stats) {
     const fs::path target = dir / file.key;
     std::error_code ec;
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) {
-      return absl::InternalError(
-          StrCat("cannot create '", target.parent_path().string(), "': ", ec.message()));
+    // The key is checked (CheckS3RelativeKey) and the snapshot folder is fresh and private, so
+    // no link can be on the way; its folders are still created beneath the snapshot, as an
+    // archive's are (common/rooted_dir.h), so that holds by construction rather than by
+    // reasoning.
+    {
+      absl::StatusOr<RootedDir> root = RootedDir::Open(dir.string());
+      if (!root.ok()) return root.status();
+      absl::StatusOr<UniqueFd> parent = root->MakeDirs(fs::path(file.key).parent_path().string());
+      if (!parent.ok()) return parent.status();
     }
     if (auto it = reusable.find(file.key); it != reusable.end() && it->second.size == file.size &&
                                            it->second.etag == EtagForPath(file.etag)) {
@@ -379,6 +389,7 @@ class S3Source final : public Source {
     SnapshotBuilder snapshot(base_, StrCat(name, "@", EtagForPath(head->etag)));
     if (!head->etag.empty() && IsComplete(snapshot.path())) {
       stats->cache_hit = true;
+      ModelCacheCap::Touch(snapshot.path().string());
       return snapshot.path().string();
     }
     if (absl::Status st = snapshot.Create(); !st.ok()) return st;
@@ -388,6 +399,7 @@ class S3Source final : public Source {
     stats->bytes_downloaded = head->size;
     if (st = snapshot.Commit(ManifestLine(name, *head)); !st.ok()) return st;
     PruneSnapshots(base_, name, snapshot.path());
+    if (options_.cache_cap) options_.cache_cap->Trim(snapshot.path().string());
     return snapshot.path().string();
   }
 

@@ -5,8 +5,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "repository/repository_scan.h"
 #include "repository/s3_source.h"
@@ -69,18 +70,20 @@ class LocalDirSource final : public Source {
           StrCat("model repository '", url_, "' holds no model '", name, "'"));
     }
     // One extraction per archive at a time; a second caller finds the finished folder.
-    std::shared_ptr<std::mutex> lock;
+    std::shared_ptr<inferd::Mutex> lock;
     {
-      std::lock_guard<std::mutex> g(locks_mu_);
+      inferd::MutexLock g(&locks_mu_);
       auto& l = locks_[name];
-      if (!l) l = std::make_shared<std::mutex>();
+      if (!l) l = std::make_shared<inferd::Mutex>();
       lock = l;
     }
-    std::lock_guard<std::mutex> g(*lock);
+    inferd::MutexLock g(lock.get());
+    if (absl::Status st = CheckCacheDir(options_.cache_dir); !st.ok()) return st;
     const std::string stamp = FileStamp(path);
     const fs::path dest = fs::path(options_.cache_dir) / "local" / StrCat(name, "@", stamp);
     if (fs::exists(dest / ".complete", ec)) {
       if (stats) stats->cache_hit = true;
+      ModelCacheCap::Touch(dest.string());  // the least recently used go first
       return dest.string();
     }
     const fs::path partial = dest.string() + ".partial";
@@ -89,8 +92,9 @@ class LocalDirSource final : public Source {
     if (absl::Status st = ExtractArchive(path.string(), partial.string(), options_.extract_limits);
         !st.ok()) {
       fs::remove_all(partial, ec);
-      return absl::InvalidArgumentError(
-          StrCat("cannot extract '", path.string(), "': ", st.message()));
+      // A bad archive is the client's fault (400); a cache the server cannot write, its own (500).
+      return absl::Status(absl::IsInvalidArgument(st) ? st.code() : absl::StatusCode::kInternal,
+                          StrCat("cannot extract '", path.string(), "': ", st.message()));
     }
     fs::remove_all(dest, ec);
     fs::rename(partial, dest, ec);
@@ -99,6 +103,7 @@ class LocalDirSource final : public Source {
                                         dest.string(), "': ", ec.message()));
     }
     std::ofstream(dest / ".complete").flush();
+    if (options_.cache_cap) options_.cache_cap->Trim(dest.string());
     return dest.string();
   }
 
@@ -113,11 +118,18 @@ class LocalDirSource final : public Source {
   const std::string url_;
   const std::string dir_;
   const SourceOptions options_;
-  std::mutex locks_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>> locks_;
+  inferd::Mutex locks_mu_;
+  // One per archive name, held while that archive is extracted.
+  std::map<std::string, std::shared_ptr<inferd::Mutex>> locks_ ABSL_GUARDED_BY(locks_mu_);
 };
 
 }  // namespace
+
+absl::Status CheckCacheDir(const std::string& cache_dir) {
+  absl::Status st = EnsurePrivateDir(cache_dir, "--model-cache-dir");
+  if (st.ok()) return st;
+  return absl::InternalError(st.message());
+}
 
 absl::StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& url,
                                                    const SourceOptions& options) {

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rooted_dir.h"
 #include "repository/archive.h"
+#include "repository/model_cache.h"
 #include "repository/s3.h"
 
 namespace inferd::repository {
@@ -40,8 +42,14 @@ struct FetchStats {
 };
 
 struct SourceOptions {
-  // Where remote models are downloaded and archives extracted (--model-cache-dir).
-  std::string cache_dir = "/tmp/inferd-model-cache";
+  // Where remote models are downloaded and archives extracted (--model-cache-dir). The
+  // default is private to the server's user (common/rooted_dir.h DefaultPrivateCacheDir:
+  // $XDG_CACHE_HOME/inferd or /tmp/inferd-<uid>), never a fixed name in a
+  // world-writable folder where another user could plant a model first. Whatever folder is
+  // named must pass CheckCacheDir before anything is read from or written to it.
+  std::string cache_dir = DefaultPrivateCacheDir() + "/model-cache";
+  // The cache's size cap (--model-cache-max-bytes), shared by every source; null: no cap.
+  std::shared_ptr<ModelCacheCap> cache_cap;
   ExtractLimits extract_limits;
   S3Config s3;  // credentials, region, endpoint (AWS_* environment)
 };
@@ -68,6 +76,12 @@ class Source {
 
 // The source for `url`: "s3://..." or a local folder. A folder that does not exist, or a
 // bucket that cannot be reached, is an error naming it.
+// Makes `cache_dir` (and its parents) a folder only the server's user can write, or checks the
+// one there, as ssh's StrictModes does: a link, a folder owned by another user or writable by
+// group or others is refused with the command that fixes it. INTERNAL either way (a cache the
+// server cannot trust or write is the server's fault: 500, not the client's).
+absl::Status CheckCacheDir(const std::string& cache_dir);
+
 absl::StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& url,
                                                    const SourceOptions& options);
 

@@ -4,7 +4,6 @@
 
 #include "absl/time/time.h"
 #include "common/strings.h"
-#include "scheduling/run_cancellation.h"
 
 namespace inferd::scheduling {
 namespace {
@@ -48,7 +47,17 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
       server_max_queue_size_(server_max_queue_size),
       stats_(stats),
       now_ns_(std::move(now_ns)),
-      instances_(std::move(instances)) {
+      pool_({.model_name = model_name_,
+             .version = version_,
+             .stats = stats_,
+             .preserve_ordering = preserve_ordering_},
+            std::move(instances), [this](size_t instance) {
+              {
+                inferd::MutexLock lock(&mu_);
+                idle_[instance] = true;
+              }
+              batcher_cv_.Signal();  // outside the lock: the batcher can take it at once
+            }) {
   for (const auto& in : config.input()) {
     if (in.allow_ragged_batch()) ragged_inputs_.push_back(in.name());
   }
@@ -63,9 +72,8 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
         levels_[l].policy = it != db.priority_queue_policy().end() ? it->second : db.default_queue_policy();
       }
     }
-    for (size_t i = 0; i < instances_.size(); ++i) slots_.push_back(std::make_unique<Slot>());
+    idle_.assign(pool_.size(), true);
   }
-  for (size_t i = 0; i < instances_.size(); ++i) workers_.emplace_back([this, i] { InstanceLoop(i); });
   batcher_ = std::thread([this] { BatcherLoop(); });
 }
 
@@ -238,7 +246,7 @@ void DynamicBatcher::BatcherLoop() {
         const uint64_t seq = p.sequence;
         done.emplace_back(seq, DropLater(std::move(p)));
       }
-      Finish(std::move(done));
+      pool_.Deliver(std::move(done));
       mu_.Lock();
       continue;
     }
@@ -247,15 +255,11 @@ void DynamicBatcher::BatcherLoop() {
       batcher_cv_.Wait(&mu_);
       continue;
     }
-    Slot* idle = nullptr;
-    for (auto& s : slots_) {
-      if (!s->busy) {
-        idle = s.get();
-        break;
-      }
-    }
+    const auto free = std::find(idle_.begin(), idle_.end(), true);
+    const std::optional<size_t> idle =
+        free == idle_.end() ? std::nullopt : std::optional<size_t>(free - idle_.begin());
     const uint64_t timeout_deadline = NextDeadlineLocked();
-    if (idle == nullptr) {
+    if (!idle) {
       if (timeout_deadline) {
         batcher_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(timeout_deadline > now ? timeout_deadline - now : 0));
       } else {
@@ -271,23 +275,21 @@ void DynamicBatcher::BatcherLoop() {
     if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
     BatchDecision d = DecideBatch(policy, items, now);
     if (d.take > 0) {
-      std::vector<Pending> batch;
+      Batch run;
+      run.requests.reserve(d.take);
+      if (preserve_ordering_) run.order.reserve(d.take);
+      auto take = [&](std::deque<Pending>& from) {
+        if (preserve_ordering_) run.order.push_back(from.front().sequence);
+        run.requests.push_back(std::move(from.front().request));
+        from.pop_front();
+      };
       size_t left = d.take;
       for (auto& [level, l] : levels_) {
-        while (left > 0 && !l.live.empty()) {
-          batch.push_back(std::move(l.live.front()));
-          l.live.pop_front();
-          --left;
-        }
-        while (left > 0 && !l.delayed.empty()) {
-          batch.push_back(std::move(l.delayed.front()));
-          l.delayed.pop_front();
-          --left;
-        }
+        for (; left > 0 && !l.live.empty(); --left) take(l.live);
+        for (; left > 0 && !l.delayed.empty(); --left) take(l.delayed);
       }
-      idle->batch = std::move(batch);
-      idle->busy = true;
-      idle->cv.Signal();
+      idle_[*idle] = false;
+      pool_.Submit(*idle, std::move(run));
       continue;
     }
     uint64_t until = d.wait_until_ns;
@@ -301,113 +303,6 @@ void DynamicBatcher::BatcherLoop() {
   mu_.Unlock();
 }
 
-void DynamicBatcher::InstanceLoop(size_t index) {
-  backends::ModelInstance* instance = instances_[index].get();
-  for (;;) {
-    std::vector<Pending> batch;
-    {
-      inferd::MutexLock lock(&mu_);
-      Slot& slot = *slots_[index];
-      while (slot.batch.empty() && !workers_exit_) slot.cv.Wait(&mu_);
-      if (slot.batch.empty()) return;  // shutting down and nothing assigned
-      batch = std::move(slot.batch);
-      slot.batch.clear();
-      executing_ += batch.size();
-    }
-    const size_t picked = batch.size();
-    std::vector<std::pair<uint64_t, std::function<void()>>> done;
-    // The queue's listeners go; a request cancelled since the batch was formed does not run.
-    for (size_t i = 0; i < batch.size();) {
-      if (batch[i].request->cancel) batch[i].request->cancel->ClearListener();
-      if (batch[i].request->IsCancelled()) {
-        batch[i].drop = metrics::FailureReason::kCanceled;
-        const uint64_t seq = batch[i].sequence;
-        done.emplace_back(seq, DropLater(std::move(batch[i])));
-        batch.erase(batch.begin() + i);
-      } else {
-        ++i;
-      }
-    }
-    const size_t n = batch.size();
-    std::vector<core::InferRequest*> reqs(n);
-    std::vector<std::unique_ptr<core::InferResponse>> resps(n);
-    std::vector<core::InferResponse*> resp_ptrs(n);
-    int64_t total = 0;
-    const uint64_t start = core::NowNs();
-    for (size_t i = 0; i < n; ++i) {
-      reqs[i] = batch[i].request.get();
-      reqs[i]->times.compute_start_ns = start;
-      total += reqs[i]->batch_size;
-      resps[i] = std::make_unique<core::InferResponse>();
-      resps[i]->model_name = model_name_;
-      resps[i]->model_version = version_;
-      resps[i]->id = reqs[i]->id;
-      resp_ptrs[i] = resps[i].get();
-    }
-    backends::ExecutionTimes times;
-    RunCancellation run_cancel(instance, reqs);
-    if (n > 0) instance->Execute(reqs, resp_ptrs, &times);
-    run_cancel.End();
-    const uint64_t end = core::NowNs();
-    if (times.input_end_ns == 0) times.input_end_ns = start;
-    if (times.output_start_ns == 0) times.output_start_ns = end;
-    const uint64_t input_ns = times.input_end_ns - start;
-    const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
-    const uint64_t output_ns = end - times.output_start_ns;
-    bool any_ok = false;
-    for (size_t i = 0; i < n; ++i) {
-      reqs[i]->times.compute_input_end_ns = times.input_end_ns;  // for the trace extension
-      reqs[i]->times.compute_output_start_ns = times.output_start_ns;
-      reqs[i]->times.compute_end_ns = end;
-      auto req = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(batch[i].request));
-      auto resp = std::make_shared<std::unique_ptr<core::InferResponse>>(std::move(resps[i]));
-      const core::InferRequest& r = **req;
-      if (!(*resp)->status.ok() && r.IsCancelled()) {
-        // A run stopped because its clients left.
-        (*resp)->status = core::CancelledError(r, end);
-        (*resp)->outputs.clear();
-        stats_->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kCanceled);
-      } else if ((*resp)->status.ok()) {
-        any_ok = true;
-        stats_->RecordSuccess(end - r.times.received_ns, start - r.times.queue_start_ns, input_ns,
-                              infer_ns, output_ns, r.batch_size);
-      } else {
-        stats_->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kBackend);
-      }
-      done.emplace_back(batch[i].sequence, [req, resp] {
-        core::InferCallback cb = std::move((*req)->on_complete);
-        req->reset();
-        if (cb) cb(std::move(*resp));
-      });
-    }
-    if (any_ok) stats_->RecordExecution(total, input_ns, infer_ns, output_ns);
-    Finish(std::move(done));
-    {
-      inferd::MutexLock lock(&mu_);
-      executing_ -= picked;
-      slots_[index]->busy = false;
-    }
-    batcher_cv_.Signal();
-  }
-}
-
-void DynamicBatcher::Finish(std::vector<std::pair<uint64_t, std::function<void()>>> done) {
-  if (!preserve_ordering_) {
-    for (auto& [seq, fn] : done) fn();
-    return;
-  }
-  // Completions run under order_mu_ so they are delivered strictly in arrival order; each
-  // only hands a response to its frontend, so the section stays short.
-  inferd::MutexLock lock(&order_mu_);
-  for (auto& [seq, fn] : done) held_[seq] = std::move(fn);
-  for (auto it = held_.find(next_release_); it != held_.end(); it = held_.find(next_release_)) {
-    std::function<void()> fn = std::move(it->second);
-    held_.erase(it);
-    ++next_release_;
-    fn();
-  }
-}
-
 void DynamicBatcher::Shutdown() {
   {
     inferd::MutexLock lock(&mu_);
@@ -416,15 +311,7 @@ void DynamicBatcher::Shutdown() {
   }
   batcher_cv_.SignalAll();
   if (batcher_.joinable()) batcher_.join();  // returns once every queued request is batched
-  {
-    inferd::MutexLock lock(&mu_);
-    workers_exit_ = true;
-    for (auto& s : slots_) s->cv.SignalAll();
-  }
-  for (auto& w : workers_) {
-    if (w.joinable()) w.join();
-  }
-  workers_.clear();
+  pool_.Shutdown();
 }
 
 size_t DynamicBatcher::Queued() const {
@@ -434,7 +321,7 @@ size_t DynamicBatcher::Queued() const {
 
 size_t DynamicBatcher::InFlight() const {
   inferd::MutexLock lock(&mu_);
-  return QueuedLocked() + executing_;
+  return QueuedLocked() + pool_.Executing();
 }
 
 }  // namespace inferd::scheduling

@@ -1,6 +1,6 @@
 // Triton's dynamic batcher: requests wait in bounded per-priority queues; one batcher thread
-// forms batches (batch_policy.h) whenever an instance is free and hands each batch to that
-// instance's thread, which runs the backend once for the whole batch.
+// forms batches (batch_policy.h) whenever an instance is free and submits each batch to the
+// model's InstancePool, which runs the backend once for the whole batch.
 //
 // Queue policy: priority levels (1 is highest), per-level max_queue_size (a full level rejects
 // at once with UNAVAILABLE), timeouts with REJECT or DELAY (a delayed request goes behind every
@@ -16,7 +16,7 @@
 // deadline has not passed at that instant. When every request of a running batch is cancelled
 // the instance is asked to stop the run (ModelInstance::CancelExecution).
 //
-// Thread-safe. Locking: mu_ guards the queues and instance slots; callbacks run outside it.
+// Thread-safe. Locking: mu_ guards the queues; callbacks run outside it.
 #pragma once
 
 #include <deque>
@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,6 +34,7 @@
 #include "config/model_config_util.h"
 #include "metrics/model_stats.h"
 #include "scheduling/batch_policy.h"
+#include "scheduling/instance_pool.h"
 #include "scheduling/scheduler.h"
 
 namespace inferd::scheduling {
@@ -67,14 +69,8 @@ class DynamicBatcher : public Scheduler {
     std::deque<Pending> live;
     std::deque<Pending> delayed;
   };
-  struct Slot {
-    std::vector<Pending> batch;  // non-empty: assigned, not yet picked up
-    bool busy = false;
-    inferd::CondVar cv;
-  };
 
   void BatcherLoop();
-  void InstanceLoop(size_t index);
   // Moves timed-out requests out of the live queues (DELAY) and returns the ones to answer now:
   // cancelled, past the client's deadline, or past a REJECT timeout (`drop` says which).
   std::vector<Pending> ExpireLocked(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -84,7 +80,6 @@ class DynamicBatcher : public Scheduler {
   std::vector<Pending*> OrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t QueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Finish(std::vector<std::pair<uint64_t, std::function<void()>>> done);
 
   const std::string model_name_;
   const int64_t version_;
@@ -95,24 +90,19 @@ class DynamicBatcher : public Scheduler {
   metrics::ModelStats* const stats_;
   const std::function<uint64_t()> now_ns_;
   std::vector<std::string> ragged_inputs_;  // inputs with allow_ragged_batch
-  std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
 
   mutable inferd::Mutex mu_;
   inferd::CondVar batcher_cv_;
   std::map<uint64_t, Level> levels_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
-  size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // arrival order, for preserve_ordering
+  // Instances free for a batch, as the pool reported them (on_free) and this thread took them:
+  // the batcher thread looks here on every wake-up without taking the pool's lock.
+  std::vector<bool> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool workers_exit_ ABSL_GUARDED_BY(mu_) = false;
 
-  // preserve_ordering: completions wait here until every earlier request has completed.
-  inferd::Mutex order_mu_;
-  uint64_t next_release_ ABSL_GUARDED_BY(order_mu_) = 0;
-  std::map<uint64_t, std::function<void()>> held_ ABSL_GUARDED_BY(order_mu_);
-
+  // Declared after the queues: destroyed first, so no instance thread runs on.
+  InstancePool pool_;
   std::thread batcher_;
-  std::vector<std::thread> workers_;
 };
 
 }  // namespace inferd::scheduling

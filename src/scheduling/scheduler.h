@@ -1,6 +1,8 @@
 // The Scheduler interface: how a loaded model accepts requests and hands them to its
 // instances. Implementations: InstancePoolScheduler (one request per execution, as Triton's
-// default scheduler); the dynamic batcher and ensemble scheduler come next.
+// default scheduler), DynamicBatcher, SequenceBatcher (each deciding batches and running them
+// on one InstancePool; CreateScheduler in scheduler_factory.h picks one from the config) and
+// EnsembleScheduler (a pipeline of other models).
 #pragma once
 
 #include <memory>

@@ -313,20 +313,26 @@ SequenceBatcher::SequenceBatcher(const config::ModelConfig& config, int64_t vers
       max_queue_size_(max_queue_size),
       stats_(stats),
       now_ns_(std::move(now_ns)),
-      instances_(std::move(instances)) {
+      pool_({.model_name = model_name_, .version = version_, .stats = stats_},
+            std::move(instances), [this](size_t instance) {
+              {
+                inferd::MutexLock lock(&mu_);
+                idle_[instance] = true;
+              }
+              batcher_cv_.Signal();  // outside the lock: the batcher can take it at once
+            }) {
   // Triton: max_candidate_sequences defaults to max_batch_size.
   const int64_t candidates = config.sequence_batching().oldest().max_candidate_sequences() > 0
                                  ? config.sequence_batching().oldest().max_candidate_sequences()
                                  : std::max(1, config.max_batch_size());
   inferd::MutexLock lock(&mu_);
   const size_t slots = oldest_ ? static_cast<size_t>(candidates)
-                               : instances_.size() * static_cast<size_t>(slots_per_runner_);
+                               : pool_.size() * static_cast<size_t>(slots_per_runner_);
   slots_.resize(slots);
-  for (size_t i = 0; i < instances_.size(); ++i) runners_.push_back(std::make_unique<Runner>());
+  idle_.assign(pool_.size(), true);
 }
 
 void SequenceBatcher::Start() {
-  for (size_t i = 0; i < instances_.size(); ++i) workers_.emplace_back([this, i] { InstanceLoop(i); });
   batcher_ = std::thread([this] { BatcherLoop(); });
   LOG_INFO << "model '" << model_name_ << "': sequence batcher, "
            << (oldest_ ? "oldest" : "direct") << " strategy, " << SlotsForLog() << " slot(s), "
@@ -672,24 +678,39 @@ void SequenceBatcher::BatcherLoop() {
       continue;
     }
     bool assigned = false;
-    for (size_t i = 0; i < runners_.size(); ++i) {
-      Runner& runner = *runners_[i];
-      if (runner.busy) continue;
+    for (size_t i = 0; i < pool_.size(); ++i) {
+      if (!idle_[i]) continue;
       uint64_t wait_until = 0;
       std::vector<Sequence*> picked = PickLocked(i, now, &wait_until);
       if (wait_until && (wake == 0 || wait_until < wake)) wake = wait_until;
       if (picked.empty()) continue;
+      Batch batch;
       for (Sequence* seq : picked) {
         Item item = std::move(seq->queue.front());
         seq->queue.pop_front();
         --queued_;
         seq->executing = true;
         InjectLocked(seq, item.request.get());
-        runner.batch.push_back({std::move(item.request), seq, item.enqueue_ns});
+        batch.requests.push_back(std::move(item.request));
       }
       executing_ += picked.size();
-      runner.busy = true;
-      runner.cv.Signal();
+      // The sequences stay `executing` until their responses are delivered, so neither the
+      // batcher nor the idle reaper touches their state meanwhile, and a sequence's responses
+      // leave in order.
+      batch.after_execute = [this, picked](size_t k, core::InferResponse& response) {
+        KeepState(picked[k], response);
+      };
+      batch.after_delivery = [this, picked] {
+        const uint64_t done_ns = now_ns_();  // idle time counts from the answer
+        inferd::MutexLock lock(&mu_);
+        for (Sequence* seq : picked) {
+          seq->executing = false;
+          seq->last_ns = done_ns;
+        }
+        executing_ -= picked.size();
+      };
+      idle_[i] = false;
+      pool_.Submit(i, std::move(batch));
       assigned = true;
       if (oldest_) break;  // the next runner sees the slots as they are now
     }
@@ -704,97 +725,20 @@ void SequenceBatcher::BatcherLoop() {
   mu_.Unlock();
 }
 
-void SequenceBatcher::InstanceLoop(size_t index) {
-  backends::ModelInstance* instance = instances_[index].get();
-  for (;;) {
-    std::vector<Dispatched> batch;
-    {
-      inferd::MutexLock lock(&mu_);
-      Runner& runner = *runners_[index];
-      while (runner.batch.empty() && !workers_exit_) runner.cv.Wait(&mu_);
-      if (runner.batch.empty()) return;
-      batch = std::move(runner.batch);
-      runner.batch.clear();
+void SequenceBatcher::KeepState(Sequence* seq, core::InferResponse& resp) {
+  if (!resp.status.ok()) return;
+  for (size_t s = 0; s < states_.size(); ++s) {
+    auto out = std::find_if(resp.outputs.begin(), resp.outputs.end(),
+                            [&](const core::OutputTensor& o) { return o.name == states_[s].output; });
+    if (out == resp.outputs.end()) {
+      resp.status = absl::InternalError(
+          StrCat("model '", model_name_, "' returned no state output '", states_[s].output, "'"));
+      resp.outputs.clear();
+      return;
     }
-    const size_t n = batch.size();
-    std::vector<core::InferRequest*> reqs(n);
-    std::vector<std::unique_ptr<core::InferResponse>> resps(n);
-    std::vector<core::InferResponse*> resp_ptrs(n);
-    const uint64_t start = core::NowNs();
-    for (size_t i = 0; i < n; ++i) {
-      reqs[i] = batch[i].request.get();
-      reqs[i]->times.compute_start_ns = start;
-      resps[i] = std::make_unique<core::InferResponse>();
-      resps[i]->model_name = model_name_;
-      resps[i]->model_version = version_;
-      resps[i]->id = reqs[i]->id;
-      resp_ptrs[i] = resps[i].get();
-    }
-    backends::ExecutionTimes times;
-    instance->Execute(reqs, resp_ptrs, &times);
-    const uint64_t end = core::NowNs();
-    if (times.input_end_ns == 0) times.input_end_ns = start;
-    if (times.output_start_ns == 0) times.output_start_ns = end;
-    const uint64_t input_ns = times.input_end_ns - start;
-    const uint64_t infer_ns = times.output_start_ns - times.input_end_ns;
-    const uint64_t output_ns = end - times.output_start_ns;
-    for (size_t i = 0; i < n; ++i) {  // for the trace extension
-      reqs[i]->times.compute_input_end_ns = times.input_end_ns;
-      reqs[i]->times.compute_output_start_ns = times.output_start_ns;
-      reqs[i]->times.compute_end_ns = end;
-    }
-    // The sequences stay `executing` until their responses are delivered, so neither the
-    // batcher nor the idle reaper touches their state here, and a sequence's responses leave
-    // in order.
-    for (size_t i = 0; i < n; ++i) {
-      Sequence* seq = batch[i].sequence;
-      core::InferResponse& resp = *resps[i];
-      if (!resp.status.ok()) continue;
-      // Keep each state output for the next request; the client never sees it.
-      for (size_t s = 0; s < states_.size(); ++s) {
-        auto out = std::find_if(resp.outputs.begin(), resp.outputs.end(),
-                                [&](const core::OutputTensor& o) { return o.name == states_[s].output; });
-        if (out == resp.outputs.end()) {
-          resp.status = absl::InternalError(
-              StrCat("model '", model_name_, "' returned no state output '", states_[s].output, "'"));
-          resp.outputs.clear();
-          break;
-        }
-        seq->state[s].assign(out->data.data(), out->data.size());
-        seq->state_shape[s] = out->shape;
-        resp.outputs.erase(out);
-      }
-    }
-    bool any_ok = false;
-    int64_t total = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const core::InferRequest& r = *batch[i].request;
-      total += r.batch_size;
-      if (resps[i]->status.ok()) {
-        any_ok = true;
-        stats_->RecordSuccess(end - r.times.received_ns, start - r.times.queue_start_ns, input_ns,
-                              infer_ns, output_ns, r.batch_size);
-      } else {
-        stats_->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kBackend);
-      }
-    }
-    if (any_ok) stats_->RecordExecution(total, input_ns, infer_ns, output_ns);
-    const uint64_t done_ns = now_ns_();  // idle time counts from the answer
-    for (size_t i = 0; i < n; ++i) {
-      core::InferCallback cb = std::move(batch[i].request->on_complete);
-      batch[i].request.reset();
-      if (cb) cb(std::move(resps[i]));
-    }
-    {
-      inferd::MutexLock lock(&mu_);
-      for (size_t i = 0; i < n; ++i) {
-        batch[i].sequence->executing = false;
-        batch[i].sequence->last_ns = done_ns;
-      }
-      executing_ -= n;
-      runners_[index]->busy = false;
-    }
-    batcher_cv_.Signal();
+    seq->state[s].assign(out->data.data(), out->data.size());
+    seq->state_shape[s] = out->shape;
+    resp.outputs.erase(out);
   }
 }
 
@@ -806,15 +750,7 @@ void SequenceBatcher::Shutdown() {
   }
   batcher_cv_.SignalAll();
   if (batcher_.joinable()) batcher_.join();  // returns once every queued request has run
-  {
-    inferd::MutexLock lock(&mu_);
-    workers_exit_ = true;
-    for (auto& r : runners_) r->cv.SignalAll();
-  }
-  for (auto& w : workers_) {
-    if (w.joinable()) w.join();
-  }
-  workers_.clear();
+  pool_.Shutdown();
 }
 
 size_t SequenceBatcher::InFlight() const {

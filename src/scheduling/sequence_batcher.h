@@ -17,9 +17,9 @@
 // - A START for a live sequence restarts it (as Triton: a warning, the state starts over); a
 //   request of an unknown sequence without START is refused (INVALID_ARGUMENT).
 //
-// Threads: one batcher thread forms batches and expires idle sequences; one thread per instance
-// runs them. Thread-safe. Locking: mu_ guards sequences, slots and queues; completions run
-// outside it.
+// Threads: one batcher thread forms batches and expires idle sequences and submits each batch
+// to the model's InstancePool, which runs it (and stops it when its clients all cancel).
+// Thread-safe. Locking: mu_ guards sequences, slots and queues; completions run outside it.
 #pragma once
 
 #include <deque>
@@ -39,6 +39,7 @@
 #include "config/model_config_util.h"
 #include "metrics/model_stats.h"
 #include "scheduling/batch_policy.h"
+#include "scheduling/instance_pool.h"
 #include "scheduling/scheduler.h"
 
 namespace inferd::scheduling {
@@ -95,16 +96,6 @@ class SequenceBatcher : public Scheduler {
     std::vector<std::string> state;
     std::vector<Shape> state_shape;
   };
-  struct Dispatched {
-    std::unique_ptr<core::InferRequest> request;
-    Sequence* sequence = nullptr;
-    uint64_t enqueue_ns = 0;
-  };
-  struct Runner {
-    std::vector<Dispatched> batch;  // non-empty: assigned, not yet picked up
-    bool busy = false;
-    inferd::CondVar cv;
-  };
 
   SequenceBatcher(const config::ModelConfig& config, int64_t version,
                   std::vector<std::unique_ptr<backends::ModelInstance>> instances,
@@ -114,7 +105,9 @@ class SequenceBatcher : public Scheduler {
   size_t SlotsForLog();
 
   void BatcherLoop();
-  void InstanceLoop(size_t index);
+  // On the instance thread, after a run: keeps `seq`'s state outputs for its next request and
+  // takes them out of the response (the client never sees them).
+  void KeepState(Sequence* seq, core::InferResponse& response);
   // Picks the next batch for idle runner `runner`; 0 in *wait_until: wait for an event.
   std::vector<Sequence*> PickLocked(size_t runner, uint64_t now, uint64_t* wait_until)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -149,7 +142,6 @@ class SequenceBatcher : public Scheduler {
   std::vector<Control> controls_;
   std::vector<StateSpec> states_;
   DataType corrid_type_ = DataType::kInvalid;  // kInvalid: no CORRID control
-  std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
 
   mutable inferd::Mutex mu_;
   inferd::CondVar batcher_cv_;
@@ -161,15 +153,17 @@ class SequenceBatcher : public Scheduler {
   // Keys of sequences released for idling (most recent 4,096), for the refusal's reason.
   std::deque<std::string> expired_order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> expired_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Runner>> runners_ ABSL_GUARDED_BY(mu_);
   size_t queued_ ABSL_GUARDED_BY(mu_) = 0;          // not yet running, backlog included
   size_t backlog_queued_ ABSL_GUARDED_BY(mu_) = 0;  // of those, in the backlog
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  // Instances free for a batch, as the pool reported them (on_free) and this thread took them.
+  std::vector<bool> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool workers_exit_ ABSL_GUARDED_BY(mu_) = false;
 
+  // Declared after the sequences: destroyed first, so no instance thread runs on. Runner i of
+  // `direct` is instance i.
+  InstancePool pool_;
   std::thread batcher_;
-  std::vector<std::thread> workers_;
 };
 
 }  // namespace inferd::scheduling

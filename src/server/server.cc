@@ -91,12 +91,27 @@ absl::Status Server::Start() {
 void Server::PollLoop() {
   inferd::MutexLock lock(&mu_);
   while (!stopping_) {
-    stop_cv_.WaitWithTimeout(&mu_, absl::Seconds(std::max(1, options_.poll_secs)));
+    const absl::Time next = absl::Now() + absl::Seconds(std::max(1, options_.poll_secs));
+    while (!stopping_ && !poll_now_ && absl::Now() < next) {
+      stop_cv_.WaitWithTimeout(&mu_, next - absl::Now());
+    }
     if (stopping_) break;
+    poll_now_ = false;
     mu_.Unlock();
     lifecycle_->Poll();
     mu_.Lock();
   }
+}
+
+bool Server::PollNow() {
+  if (options_.control_mode != ControlMode::kPoll) return false;
+  {
+    inferd::MutexLock lock(&mu_);
+    if (stopping_) return false;
+    poll_now_ = true;
+  }
+  stop_cv_.SignalAll();
+  return true;
 }
 
 void Server::Shutdown() {

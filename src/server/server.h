@@ -101,6 +101,9 @@ class Server {
   // a model that fails to load fails Start.
   absl::Status Start();
   void Shutdown();
+  // Poll mode: asks the poller for one pass over the repositories now (SIGHUP), without
+  // waiting for it. False in the other control modes, and after Shutdown.
+  bool PollNow();
 
   static constexpr std::string_view kName = "inferd";
   static constexpr std::string_view kVersion = "0.1.0";
@@ -125,7 +128,8 @@ class Server {
   // Calls `then` once `name` can be looked up: at once when it is loaded or cannot be loaded;
   // after its on-demand load otherwise (on a loader thread). Frontends wrap metadata and
   // config requests in it so they load on-demand models too; readiness never does.
-  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel).
+  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel); `then`
+  // gets ALREADY_EXISTS when `name` serves (or is being loaded from) another source.
   void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                      const std::string& source_name = "");
 
@@ -179,6 +183,7 @@ class Server {
   inferd::Mutex mu_;
   inferd::CondVar stop_cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool poll_now_ ABSL_GUARDED_BY(mu_) = false;  // PollNow asked for a pass before the interval
   std::atomic<bool> live_{false};
 };
 

@@ -337,7 +337,8 @@ absl::Status TraceManager::Update(const std::string& model,
   // Builds the new setting for `name` ("" global): a field given now, else the field the
   // setting set before (unless cleared), else the fallback's (the global setting for a model,
   // the start-up setting for the global one).
-  auto build = [&](const std::string& name, bool apply) -> std::shared_ptr<Setting> {
+  auto build = [&](const std::string& name, bool apply)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::shared_ptr<Setting> {
     const bool global = name.empty();
     const Setting* current = global_.get();
     const Setting* fallback = default_.get();

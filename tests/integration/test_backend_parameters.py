@@ -96,16 +96,17 @@ LEVELS = {"none": "optimization { graph { level: 2 } }\n",
 
 def test_graph_level_and_session_entries_shape_the_optimized_graph(tmp_path, server_factory):
     repo = tmp_path / "repo"
-    dumps = tmp_path / "dumps"
-    dumps.mkdir()
+    # Each dump inside its own model's folder (a path outside it is refused: security.md).
+    dump = {name: repo / name / f"{name}.onnx" for name in LEVELS}
+    dump["ort_format"] = repo / "ort_format" / "ort_format.ort"
     for name, level in LEVELS.items():
         make_model_dir(repo, name, conv_gelu_config(
-            name, level + param("optimized_model_filepath", dumps / f"{name}.onnx")),
+            name, level + param("optimized_model_filepath", dump[name])),
             write_conv_gelu_model)
     # A session.* key passes through as a session config entry: this one makes ONNX Runtime
     # save the optimized model in its own flatbuffer format instead of ONNX.
     w, bias = make_model_dir(repo, "ort_format", conv_gelu_config(
-        "ort_format", param("optimized_model_filepath", dumps / "ort_format.ort") +
+        "ort_format", param("optimized_model_filepath", dump["ort_format"]) +
         param("session.save_model_format", "ORT") +
         param("session.use_device_allocator_for_initializers", "1")), write_conv_gelu_model)
     srv = server_factory(repo)
@@ -118,7 +119,7 @@ def test_graph_level_and_session_entries_shape_the_optimized_graph(tmp_path, ser
         assert r.status_code == 200, r.text
         np.testing.assert_allclose(parse_response(r)[1]["Y"], expected, rtol=1e-4, atol=1e-5)
 
-    ops = {name: graph_ops(dumps / f"{name}.onnx") for name in LEVELS}
+    ops = {name: graph_ops(dump[name]) for name in LEVELS}
     # level 2: nothing optimized, the constant Mul is still there.
     assert len(ops["none"]) == 8, ops["none"]
     assert ("", "Mul") in ops["none"] and ("", "Erf") in ops["none"]
@@ -130,7 +131,7 @@ def test_graph_level_and_session_entries_shape_the_optimized_graph(tmp_path, ser
     # default and any other value: everything, the NCHWc layout included.
     for name in ("all", "all3"):
         assert any(d == "com.microsoft.nchwc" for d, _ in ops[name]), ops[name]
-    ort_file = (dumps / "ort_format.ort").read_bytes()
+    ort_file = dump["ort_format"].read_bytes()
     assert ort_file[4:8] == b"ORTM", ort_file[:16]
 
 

@@ -231,17 +231,26 @@ def test_onnxruntime_run_terminates_when_its_client_leaves(server_factory, tmp_p
                                expected, rtol=1e-6)
     if full < 0.8:
         pytest.skip(f"the MatMul chain ran in {full:.2f}s, too fast to cancel in the middle")
-    raw_request_then_close(srv, "slow_onnx", hold=full * 0.25, body=body)
-    t1 = time.monotonic()
-    r = post_infer(srv, "slow_onnx", body)
-    waited = time.monotonic() - t1
-    assert r.status_code == 200, r.text
-    # Without the terminate flag the follow-up waits for the rest of the abandoned run
-    # (~0.75 of a run) plus its own run.
-    assert waited < full * 1.45, f"follow-up waited {waited:.2f}s, one run takes {full:.2f}s"
-    s = stats(srv, "slow_onnx")
-    assert s["inference_count"] == 2 and s["execution_count"] == 2, s
-    assert failures(srv, "slow_onnx")["CANCELED"] == 1
+    # On a loaded machine one run's time varies: an abandoned run may end before the client
+    # leaves, or the follow-up may be slowed by other work. Up to three tries; a run that is not
+    # stopped fails every one (the follow-up then waits ~1.75 runs).
+    last = ""
+    for _ in range(3):
+        before = stats(srv, "slow_onnx")["execution_count"]
+        canceled = failures(srv, "slow_onnx").get("CANCELED", 0)
+        raw_request_then_close(srv, "slow_onnx", hold=min(full * 0.25, 0.2), body=body)
+        t1 = time.monotonic()
+        r = post_infer(srv, "slow_onnx", body)
+        waited = time.monotonic() - t1
+        assert r.status_code == 200, r.text
+        ran = stats(srv, "slow_onnx")["execution_count"] - before
+        # Without the terminate flag the follow-up waits for the rest of the abandoned run
+        # (~0.75 of a run) plus its own run.
+        if (waited < full * 1.45 and ran == 1
+                and failures(srv, "slow_onnx").get("CANCELED", 0) == canceled + 1):
+            return
+        last = f"follow-up waited {waited:.2f}s (one run takes {full:.2f}s), {ran} runs counted"
+    raise AssertionError(last)
 
 
 @pytest.mark.parametrize("extra", [
@@ -299,13 +308,23 @@ def grpc_stub(srv, pb):
 def test_grpc_deadline_expires_queued_request(server_factory, tmp_path, pb, extra):
     srv = server_factory([slow_model(tmp_path, delay_ms=2500, extra=extra)])
     channel, stub = grpc_stub(srv, pb)
-    first = in_background(post_infer, srv)
+    first_done = threading.Event()
+
+    def first_request():
+        try:
+            return post_infer(srv)
+        finally:
+            first_done.set()
+
+    first = in_background(first_request)
     time.sleep(0.3)
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(grpc_request(pb), timeout=0.3)
     assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    # The server gave up on it too, at its deadline, while the first still runs.
-    wait_for(lambda: failures(srv).get("TIMEOUT", 0) == 1, 1.2, "the deadline to count")
+    # The server gave up on it too, at its deadline, while the first still runs (its 2.5 s
+    # leave a loaded machine 2 s of slack; the wait itself is generous for the same reason).
+    wait_for(lambda: failures(srv).get("TIMEOUT", 0) == 1, 30, "the deadline to count")
+    assert not first_done.is_set(), "the deadline counted only after the running request ended"
     assert first()[0].status_code == 200
     assert stats(srv)["inference_count"] == 1
     channel.close()

@@ -575,10 +575,11 @@ def test_execution_env_path(tmp_path, server_factory):
     env_dir = tmp_path / "envsrc" / "lib" / "python3.11" / "site-packages"
     env_dir.mkdir(parents=True)
     (env_dir / "packed_helper.py").write_text("def scale():\n    return 5\n")
-    folder = tmp_path / "plainenv"
-    folder.mkdir()
-    (folder / "folder_helper.py").write_text("def offset():\n    return 100\n")
+    # Inside the model's folder: an environment elsewhere is refused (test_model_files_escape).
     repo = tmp_path / "repo"
+    folder = repo / "foldermodel" / "plainenv"
+    folder.mkdir(parents=True)
+    (folder / "folder_helper.py").write_text("def offset():\n    return 100\n")
     model_dir = write_model(repo, "envmodel", """name: "envmodel"
 backend: "python"
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]

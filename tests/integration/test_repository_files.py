@@ -130,6 +130,9 @@ def test_http_load_from_request_files_overrides_the_repository(explicit_server):
     ({"config": config_json("affine"), "file:/tmp/model.onnx": b64(b"x")},
      ["'file:/tmp/model.onnx'", "relative"]),
     ({"config": config_json("affine"), "file:": b64(b"x")}, ["'file:'"]),
+    # A name no file system can hold is the client's mistake (400), not the server's (500).
+    ({"config": config_json("affine"), "file:1/" + "n" * 300: b64(b"x")},
+     ["'file:1/" + "n" * 300 + "'", "at most 255 bytes"]),
 ])
 def test_http_bad_file_parameters_are_400_naming_the_parameter(explicit_server, params, named):
     srv = explicit_server

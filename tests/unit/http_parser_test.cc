@@ -165,6 +165,52 @@ TEST(HttpParserTest, ChunkedBodyIsDecodedInPlace) {
   }
 }
 
+// RFC 9112 section 2.2: a server may take a bare LF as a line terminator (and ignore a CR
+// before it). Requests from netcat or hand-written clients end their lines so; they are parsed
+// the same as with CRLF, and at once, not left waiting for an empty line that never comes.
+TEST(HttpParserTest, AcceptsBareLfLineEnds) {
+  for (const std::string raw : {
+           std::string("POST /v2/models/m/infer?x=1 HTTP/1.1\nHost: a\nContent-Length: 4\n\nabcdNEXT"),
+           std::string("POST /v2/models/m/infer?x=1 HTTP/1.1\r\nHost: a\nContent-Length: 4\r\n\nabcdNEXT"),
+           std::string("\nPOST /v2/models/m/infer?x=1 HTTP/1.1\nHost: a\nContent-Length: 4\r\n\r\nabcdNEXT")}) {
+    HttpRequest req;
+    ParseResult r = ParseHttpRequest(raw, {}, &req);
+    ASSERT_EQ(r.state, ParseState::kComplete) << raw;
+    EXPECT_EQ(r.consumed, raw.size() - 4) << raw;
+    EXPECT_EQ(req.method, "POST");
+    EXPECT_EQ(req.path, "/v2/models/m/infer");
+    EXPECT_EQ(req.query, "x=1");
+    EXPECT_EQ(req.Header("host").value_or(""), "a");
+    EXPECT_EQ(req.Header("content-length").value_or(""), "4") << "no CR left in the value";
+    EXPECT_EQ(req.body, "abcd");
+  }
+  HttpRequest req;
+  EXPECT_EQ(ParseHttpRequest("GET / HTTP/1.1\nHost: a\n", {}, &req).state, ParseState::kNeedMore);
+  ParseResult get = ParseHttpRequest("GET /v2/health/live HTTP/1.0\n\n", {}, &req);
+  ASSERT_EQ(get.state, ParseState::kComplete);
+  EXPECT_EQ(req.path, "/v2/health/live");
+  EXPECT_FALSE(req.keep_alive);
+  // A CR that does not end a line is still refused.
+  EXPECT_EQ(ParseHttpRequest("GET / HTTP/1.1\nX: a\rb\n\n", {}, &req).error_status, 400);
+  // Chunked bodies with LF line ends, by both decoders.
+  const std::string chunked =
+      "POST /x HTTP/1.1\nTransfer-Encoding: chunked\n\n3\nabc\n2;ext=1\r\nde\n0\nT: x\n\nNEXT";
+  std::string body;
+  ParseResult copied = ParseHttpRequest(chunked, {}, &req, &body);
+  ASSERT_EQ(copied.state, ParseState::kComplete) << copied.error;
+  EXPECT_EQ(req.body, "abcde");
+  EXPECT_EQ(chunked.substr(copied.consumed), "NEXT");
+  std::string buf = chunked;
+  ChunkedDecoder d;
+  ParseHttpRequest(buf, {}, &req, nullptr, &d);
+  ASSERT_TRUE(d.active);
+  size_t size = buf.size();
+  ParseResult r = DecodeChunkedInPlace(buf.data(), &size, {}, &d);
+  ASSERT_EQ(r.state, ParseState::kComplete) << r.error;
+  EXPECT_EQ(std::string_view(buf.data() + d.body_start, d.body_end - d.body_start), "abcde");
+  EXPECT_EQ(std::string(buf.data() + d.body_end, size - d.body_end), "NEXT");
+}
+
 TEST(HttpParserTest, HeaderLimit) {
   ParserLimits limits;
   limits.max_header_bytes = 64;

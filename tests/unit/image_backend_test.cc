@@ -10,7 +10,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "backends/image/image_decode.h"
+#include "backends/image_codec/image_decode.h"
 #include "backends/image/image_transform.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -24,15 +24,50 @@ int32_t I32(std::string_view d) {
   return v;
 }
 
-// OUT = ACC + X and ACC_OUT = the same; START_OUT echoes START; records batch sizes.
+// A notification on std::mutex (the instance thread answers, the test thread reads): Debian's
+// Abseil is not built with ThreadSanitizer, which would not see absl::Notification's ordering.
+class Done {
+ public:
+  void Notify() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  bool HasBeenNotified() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  bool WaitForNotificationWithTimeout(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+// OUT = ACC + X and ACC_OUT = the same; START_OUT echoes START; records batch sizes. With a
+// gate, each execution first waits until the gate opens or the run is cancelled (then it
+// fails, as a backend whose run was stopped).
 class Accumulator : public backends::ModelInstance {
  public:
-  explicit Accumulator(std::vector<size_t>* batches, inferd::Mutex* mu) : batches_(batches), mu_(mu) {}
+  Accumulator(std::vector<size_t>* batches, inferd::Mutex* mu, Done* gate = nullptr,
+              Done* running = nullptr)
+      : batches_(batches), mu_(mu), gate_(gate), running_(running) {}
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, backends::ExecutionTimes*) override {
     {
       inferd::MutexLock lock(mu_);
       batches_->push_back(requests.size());
+    }
+    stopped_.store(false);  // a stop asked for during an earlier run
+    if (running_ != nullptr) running_->Notify();
+    if (gate_ != nullptr) EXPECT_TRUE(gate_->WaitForNotificationWithTimeout(absl::Seconds(30)));
+    if (stopped_.load()) {
+      for (auto* r : responses) r->status = absl::CancelledError("run stopped");
+      return;
     }
     for (size_t i = 0; i < requests.size(); ++i) {
       const core::InputTensor* x = requests[i]->FindInput("X");
@@ -55,30 +90,19 @@ class Accumulator : public backends::ModelInstance {
       responses[i]->outputs.push_back({"CORRID_OUT", DataType::kUint64, {1, 1}, all.substr(8, 8), holder});
     }
   }
+  void CancelExecution() override {
+    cancel_calls.fetch_add(1);
+    stopped_.store(true);
+    if (gate_ != nullptr) gate_->Notify();
+  }
+  std::atomic<int> cancel_calls{0};
 
  private:
   std::vector<size_t>* batches_;
   inferd::Mutex* mu_;
-};
-
-// A notification on std::mutex (the instance thread answers, the test thread reads): Debian's
-// Abseil is not built with ThreadSanitizer, which would not see absl::Notification's ordering.
-class Done {
- public:
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
-  bool WaitForNotificationWithTimeout(absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [this] { return done_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  Done* gate_;
+  Done* running_;
+  std::atomic<bool> stopped_{false};
 };
 
 struct Result {
@@ -90,7 +114,7 @@ struct Result {
 class SequenceBatcherTest : public ::testing::Test {
  protected:
   void Start(const std::string& strategy, int max_batch_size = 2, int instances = 1,
-             uint64_t idle_us = 0) {
+             uint64_t idle_us = 0, bool gated = false) {
     auto cfg = config::ParseModelConfigText(
         "name: \"m\" backend: \"identity\" max_batch_size: " + std::to_string(max_batch_size) +
             " input [{name: \"X\" data_type: TYPE_INT32 dims: [1]}] "
@@ -106,7 +130,12 @@ class SequenceBatcherTest : public ::testing::Test {
         "c");
     ASSERT_TRUE(cfg.ok()) << cfg.status();
     std::vector<std::unique_ptr<backends::ModelInstance>> list;
-    for (int i = 0; i < instances; ++i) list.push_back(std::make_unique<Accumulator>(&batches_, &mu_));
+    for (int i = 0; i < instances; ++i) {
+      auto instance = std::make_unique<Accumulator>(&batches_, &mu_, gated ? &gate_ : nullptr,
+                                                    gated ? &running_ : nullptr);
+      if (i == 0) first_ = instance.get();
+      list.push_back(std::move(instance));
+    }
     auto b = SequenceBatcher::Create(*cfg, "/nonexistent", 1, std::move(list), 2, &stats_,
                                      [this] { return now_.load(); });
     ASSERT_TRUE(b.ok()) << b.status();
@@ -142,6 +171,15 @@ class SequenceBatcherTest : public ::testing::Test {
     for (int i = 0; i < 10000 && batcher_->InFlight() != 0; ++i) absl::SleepFor(absl::Milliseconds(1));
   }
 
+  // A test that failed with the instance still held must not hang in the batcher's shutdown.
+  void TearDown() override {
+    gate_.Notify();
+    batcher_.reset();
+  }
+
+  Done gate_;
+  Done running_;
+  Accumulator* first_ = nullptr;
   std::atomic<uint64_t> now_{1000};
   inferd::Mutex mu_;
   std::vector<size_t> batches_;
@@ -178,6 +216,24 @@ TEST_F(SequenceBatcherTest, CancelledRequestIsAnsweredUnrunAndLeavesTheState) {
   EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(r->status.message(), HasSubstr("sequence 3"));
   EXPECT_EQ(I32(Wait(Send(3, 1, false, true))->outputs["OUT"]), 11);
+}
+
+// A running sequence batch whose every client has gone is stopped (ModelInstance::
+// CancelExecution), answered CANCELLED and counted CANCELED, as under the other schedulers.
+TEST_F(SequenceBatcherTest, RunningBatchIsStoppedWhenItsClientCancels) {
+  Start("direct {}", 2, 1, 0, /*gated=*/true);
+  auto token = std::make_shared<core::CancellationToken>();
+  auto r = Send(5, 1, /*start=*/true, false, token);
+  ASSERT_TRUE(running_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  token->Cancel();
+  Wait(r);
+  EXPECT_EQ(first_->cancel_calls.load(), 1);
+  EXPECT_EQ(r->status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 1u);
+  // The sequence goes on from the state it had before the stopped request (the initial 0).
+  auto next = Wait(Send(5, 3));
+  ASSERT_TRUE(next->status.ok()) << next->status;
+  EXPECT_EQ(I32(next->outputs["OUT"]), 3);
 }
 
 TEST_F(SequenceBatcherTest, RefusesRequestsWithoutACorrelationId) {

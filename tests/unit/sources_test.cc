@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -28,7 +29,9 @@
 #include "frontends/sagemaker/sagemaker_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/rooted_dir.h"
 #include "repository/archive.h"
+#include "repository/model_cache.h"
 #include "repository/s3.h"
 #include "repository/s3_source.h"
 #include "repository/source.h"
@@ -135,6 +138,122 @@ TEST_F(ArchiveTest, RefusesEntriesThatLeaveTheDestination) {
   EXPECT_FALSE(fs::exists("/tmp/inferd_absolute_evil.txt"));
 }
 
+// Everything under `dir` (files, folders, links), by path relative to it.
+std::set<std::string> ListAll(const fs::path& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    out.insert(fs::relative(it->path(), dir).string());
+  }
+  return out;
+}
+
+// Issue 27: links extracted earlier must not carry later entries out of the destination,
+// with openat2 (RESOLVE_BENEATH) and with the component-by-component walk alike.
+class ArchiveLinkTest : public ArchiveTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    ArchiveTest::SetUp();
+    RootedDir::ForceNoOpenat2ForTesting(GetParam());
+  }
+  void TearDown() override {
+    RootedDir::ForceNoOpenat2ForTesting(false);
+    ArchiveTest::TearDown();
+  }
+  // Extracts into dir_/out and checks nothing appeared beside it.
+  absl::Status ExtractContained(const std::vector<Entry>& entries) {
+    WriteTarGz(dir_ / "m.tar.gz", entries);
+    const std::set<std::string> before = ListAll(dir_);
+    absl::Status st = ExtractArchive((dir_ / "m.tar.gz").string(), (dir_ / "out").string());
+    std::set<std::string> after;
+    for (const std::string& p : ListAll(dir_)) {
+      if (p != "out" && p.rfind("out/", 0) != 0) after.insert(p);
+    }
+    std::set<std::string> expected;
+    for (const std::string& p : before) {
+      if (p != "out" && p.rfind("out/", 0) != 0) expected.insert(p);
+    }
+    EXPECT_EQ(after, expected) << "something was created outside " << (dir_ / "out");
+    return st;
+  }
+};
+
+TEST_P(ArchiveLinkTest, LinkChainCannotClimbOut) {
+  // 588 bytes in the issue: each link alone resolves inside its folder's text, together they
+  // climb one level per link.
+  absl::Status st = ExtractContained({{"a/", "", AE_IFDIR},
+                                      {"a/l1", "", AE_IFLNK, ".."},
+                                      {"a/l1/l2", "", AE_IFLNK, ".."},
+                                      {"a/l1/l2/l3", "", AE_IFLNK, ".."},
+                                      {"a/l1/l2/l3/x/", "", AE_IFDIR},
+                                      {"a/l1/l2/l3/x/y/", "", AE_IFDIR},
+                                      {"a/l1/l2/l3/x/y/f", "pwned"}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("a/l1/l2"));
+  EXPECT_FALSE(fs::exists(dir_ / "x"));
+}
+
+TEST_P(ArchiveLinkTest, DirectoriesBelowAChainStayInside) {
+  // The same chain, directories first and the links last, then in reverse: no order helps.
+  for (bool links_first : {true, false}) {
+    fs::remove_all(dir_ / "out");
+    std::vector<Entry> links = {{"a/l1", "", AE_IFLNK, ".."},
+                                {"a/l1/l2", "", AE_IFLNK, ".."},
+                                {"a/l1/l2/l3", "", AE_IFLNK, ".."}};
+    std::vector<Entry> dirs = {{"a/l1/x/", "", AE_IFDIR}, {"a/l1/l2/x/y/", "", AE_IFDIR}};
+    std::vector<Entry> all = {{"a/", "", AE_IFDIR}};
+    for (const auto& part : links_first ? std::vector{links, dirs} : std::vector{dirs, links}) {
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    absl::Status st = ExtractContained(all);
+    EXPECT_FALSE(st.ok());
+  }
+}
+
+TEST_P(ArchiveLinkTest, SecondArchiveCannotPlantALinkOutside) {
+  // The first archive leaves a link to its folder's parent in the cache (refused now); the
+  // second writes a link through it. Each extraction is refused on its own.
+  absl::Status first = ExtractContained({{"m/", "", AE_IFDIR}, {"m/up", "", AE_IFLNK, "../.."}});
+  EXPECT_EQ(first.code(), absl::StatusCode::kInvalidArgument) << first;
+  fs::remove_all(dir_ / "out");
+  absl::Status second = ExtractContained({{"m/", "", AE_IFDIR},
+                                          {"m/l", "", AE_IFLNK, ".."},
+                                          {"m/l/l", "", AE_IFLNK, ".."},
+                                          {"m/l/l/authorized_keys", "", AE_IFLNK, "m/key"},
+                                          {"m/key", "ssh-ed25519 AAAA attacker"}});
+  EXPECT_EQ(second.code(), absl::StatusCode::kInvalidArgument) << second;
+  EXPECT_FALSE(fs::exists(fs::symlink_status(dir_ / "authorized_keys")));
+}
+
+TEST_P(ArchiveLinkTest, SiblingWithTheRootsNameAsPrefixIsOutside) {
+  // dir_/out-sibling starts with dir_/out: a prefix test without the trailing '/' let it by.
+  absl::Status st = ExtractContained({{"a/", "", AE_IFDIR},
+                                      {"a/l1", "", AE_IFLNK, ".."},
+                                      {"a/l1/l2", "", AE_IFLNK, ".."},
+                                      {"a/l1/l2/out-sibling/f", "pwned"}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_FALSE(fs::exists(dir_ / "out-sibling"));
+}
+
+TEST_P(ArchiveLinkTest, LinksThatStayInsideStillWork) {
+  ASSERT_TRUE(ExtractContained({{"m/", "", AE_IFDIR},
+                                {"m/1/", "", AE_IFDIR},
+                                {"m/1/model.onnx", "weights"},
+                                {"m/2", "", AE_IFLNK, "1"},
+                                {"m/3/", "", AE_IFDIR},
+                                {"m/3/model.onnx", "", AE_IFLNK, "../1/model.onnx"}})
+                  .ok());
+  EXPECT_EQ(ReadFile(dir_ / "out/m/2/model.onnx"), "weights");
+  EXPECT_EQ(ReadFile(dir_ / "out/m/3/model.onnx"), "weights");
+  // A ".." after a name is refused: through a link it climbs from wherever the link leads.
+  fs::remove_all(dir_ / "out");
+  EXPECT_FALSE(ExtractContained({{"m/1/f", "x"}, {"m/l", "", AE_IFLNK, "1/../1/f"}}).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Openat2AndWalk, ArchiveLinkTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "walk" : "openat2"; });
+
 TEST_F(ArchiveTest, RefusesDevicesAndFifos) {
   absl::Status st = Extract({{"model/fifo", "", AE_IFIFO}});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
@@ -162,6 +281,38 @@ TEST_F(ArchiveTest, CorruptArchiveIsInvalidArgument) {
   }
   absl::Status st = ExtractArchive((dir_ / "m.tar.gz").string(), (dir_ / "out").string());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
+// The cache's cap: least recently used first, never one in use, one just used, or the new one.
+TEST_F(ArchiveTest, CacheCapTrimsLeastRecentlyUsedEntriesNotInUse) {
+  const fs::path cache = dir_ / "cache";
+  auto entry = [&](const std::string& rel, size_t bytes, int age_s) {
+    const fs::path p = cache / rel;
+    fs::create_directories(p);
+    std::ofstream(p / "model.onnx") << std::string(bytes, 'x');
+    std::ofstream(p.string() + ".done") << "";
+    const auto t = fs::file_time_type::clock::now() - std::chrono::seconds(age_s);
+    fs::last_write_time(p, t);
+  };
+  entry("local/old.tar.gz@1-1", 1000, 3600);
+  entry("local/used.tar.gz@1-1", 1000, 7200);
+  entry("s3/b/p/older@abc", 1000, 5400);
+  entry("local/recent.tar.gz@1-1", 1000, 5);
+  entry("local/new.tar.gz@1-1", 1000, 0);
+  fs::create_directories(cache / "local" / "x.tar.gz@1-1.partial");  // not an entry
+  ModelCacheCap cap(cache.string(), 3000);
+  cap.SetInUse([&](const std::string& e) { return e == (cache / "local/used.tar.gz@1-1").string(); });
+  EXPECT_EQ(cap.ListEntries().size(), 5u);
+  EXPECT_EQ(cap.Trim((cache / "local/new.tar.gz@1-1").string()), 2000u);
+  EXPECT_FALSE(fs::exists(cache / "s3/b/p/older@abc"));         // the oldest not in use
+  EXPECT_FALSE(fs::exists(cache / "s3/b/p/older@abc.done"));
+  EXPECT_FALSE(fs::exists(cache / "local/old.tar.gz@1-1"));     // then the next
+  EXPECT_TRUE(fs::exists(cache / "local/used.tar.gz@1-1"));     // in use, though oldest
+  EXPECT_TRUE(fs::exists(cache / "local/recent.tar.gz@1-1"));   // used seconds ago
+  EXPECT_TRUE(fs::exists(cache / "local/new.tar.gz@1-1"));      // just made
+  EXPECT_TRUE(fs::exists(cache / "local/x.tar.gz@1-1.partial"));
+  // Under the cap: nothing more goes.
+  EXPECT_EQ(cap.Trim(""), 0u);
 }
 
 TEST(S3Test, ParsesUrlsAndBuildsAddresses) {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/image/image_decode.h"
+#include "backends/image_codec/image_decode.h"
 #include "backends/image/image_transform.h"
 #include "common/strings.h"
 

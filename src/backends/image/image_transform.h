@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "backends/image/image_decode.h"
+#include "backends/image_codec/image_decode.h"
 #include "common/data_type.h"
 #include "config/model_config_util.h"
 

@@ -14,10 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 
 namespace inferd::backends {
@@ -233,8 +234,8 @@ void ApplyJitSwitches(const TorchSettings& s) {
     torch::jit::getExecutorMode() = *s.jit_executor;
   }
   if (s.tensor_fuser) {
-    static std::mutex mu;
-    std::lock_guard<std::mutex> lock(mu);
+    static inferd::Mutex mu;
+    inferd::MutexLock lock(&mu);
     if (torch::jit::tensorExprFuserEnabled() != *s.tensor_fuser) {
       torch::jit::setTensorExprFuserEnabled(*s.tensor_fuser);
     }
@@ -270,7 +271,7 @@ class TorchInstance : public ModelInstance {
   // Takes effect only while an Execute runs (a call between runs changes nothing): the run
   // throws at its next operator, and Execute answers with that error.
   void CancelExecution() override {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    inferd::MutexLock lock(&stop_mu_);
     if (running_) stop_.store(true, std::memory_order_relaxed);
   }
 
@@ -286,14 +287,14 @@ class TorchInstance : public ModelInstance {
       torch::jit::GraphOptimizerEnabledGuard optimize(settings_.optimized_execution);
       ApplyJitSwitches(settings_);
       {
-        std::lock_guard<std::mutex> lock(stop_mu_);
+        inferd::MutexLock lock(&stop_mu_);
         running_ = true;
         stop_.store(false, std::memory_order_relaxed);
       }
       struct Done {
         TorchInstance* self;
         ~Done() {
-          std::lock_guard<std::mutex> lock(self->stop_mu_);
+          inferd::MutexLock lock(&self->stop_mu_);
           self->running_ = false;
           self->stop_.store(false, std::memory_order_relaxed);
         }
@@ -469,8 +470,8 @@ class TorchInstance : public ModelInstance {
   InputPlan inputs_;
   OutputPlan outputs_;
   const TorchSettings settings_;
-  std::mutex stop_mu_;
-  bool running_ = false;         // an Execute is on (stop_mu_)
+  inferd::Mutex stop_mu_;
+  bool running_ ABSL_GUARDED_BY(stop_mu_) = false;  // an Execute is on
   std::atomic<bool> stop_{false};  // CancelExecution during this run
 };
 
@@ -531,7 +532,7 @@ class LibTorchBackend : public Backend {
     }
     std::shared_ptr<SharedModule> module;
     {
-      std::lock_guard<std::mutex> lock(shared_mu_);
+      inferd::MutexLock lock(&shared_mu_);
       auto it = shared_.find(spec.model_path);
       if (weight_sharing && it != shared_.end()) module = it->second.lock();
     }
@@ -548,7 +549,7 @@ class LibTorchBackend : public Backend {
         return absl::InvalidArgumentError(StrCat("pytorch: cannot load '", spec.model_path, "': ", e.what()));
       }
       if (weight_sharing) {
-        std::lock_guard<std::mutex> lock(shared_mu_);
+        inferd::MutexLock lock(&shared_mu_);
         shared_[spec.model_path] = module;
       }
     }
@@ -616,8 +617,8 @@ class LibTorchBackend : public Backend {
     return plan;
   }
 
-  std::mutex shared_mu_;
-  std::map<std::string, std::weak_ptr<SharedModule>> shared_;
+  inferd::Mutex shared_mu_;
+  std::map<std::string, std::weak_ptr<SharedModule>> shared_ ABSL_GUARDED_BY(shared_mu_);
 };
 
 }  // namespace

@@ -17,10 +17,13 @@
 
 #include "absl/strings/numbers.h"
 #include "backends/module_backend.h"
+#include "config/model_files.h"
 #include "backends/python/python_stub_process.h"
+#include "common/archive.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "common/rooted_dir.h"
 #include "common/strings.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
@@ -306,32 +309,48 @@ absl::Status ResolveEnvironment(const config::ModelConfig& cfg, const std::strin
                                 LaunchSpec* spec) {
   auto env_path = config::GetParameter(cfg, "EXECUTION_ENV_PATH");
   if (!env_path || env_path->empty()) return absl::OkStatus();
-  std::string path = *env_path;
-  const std::string token = "$$TRITON_MODEL_DIRECTORY";
-  if (auto pos = path.find(token); pos != std::string::npos) path.replace(pos, token.size(), model_dir);
+  // Inside the model's folder only (config/model_files.h), links resolved.
+  absl::StatusOr<std::string> inside = config::ResolveInside(
+      model_dir, "parameters EXECUTION_ENV_PATH", config::ExpandModelDirectory(*env_path, model_dir));
+  if (!inside.ok()) {
+    return absl::InvalidArgumentError(inferd::StrCat("model '", cfg.name(), "': ", inside.status().message()));
+  }
+  const std::string path = *std::move(inside);
   std::error_code ec;
   std::string root;
   if (fs::is_directory(path, ec)) {
     root = path;
   } else if (fs::is_regular_file(path, ec)) {
-    // A packed environment (conda-pack, or a venv/site-packages tarball): extract it once next to
-    // the archive's name, keyed by its size and modification time.
+    // A packed environment (conda-pack, or a venv/site-packages tarball): extracted once, keyed
+    // by its path, size and modification time, into a folder private to this user (a name
+    // in a shared /tmp could be planted in advance). libarchive through the same extractor as
+    // model archives: no shell, nothing written outside the folder. Links out of it are kept
+    // (a venv's bin/python3 -> /usr/bin/python3.11): only the model's own Python follows them.
     const auto size = fs::file_size(path, ec);
     const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
-    const char* tmp = std::getenv("TMPDIR");
-    root = inferd::StrCat(tmp && *tmp ? tmp : "/tmp", "/inferd-python-env-",
-                          std::hash<std::string>{}(inferd::StrCat(fs::absolute(path).string(), ":",
-                                                                  size, ":", mtime)));
+    const std::string base = inferd::StrCat(DefaultPrivateCacheDir(), "/python-env");
+    if (absl::Status st = EnsurePrivateDir(base, "EXECUTION_ENV_PATH"); !st.ok()) {
+      return absl::InternalError(st.message());  // the server's folder: 500, not 400
+    }
+    root = inferd::StrCat(base, "/", std::hash<std::string>{}(inferd::StrCat(
+                                         fs::absolute(path).string(), ":", size, ":", mtime)));
     if (!fs::exists(root + "/.complete", ec)) {
-      fs::create_directories(root, ec);
-      const std::string cmd =
-          inferd::StrCat("tar -xzf '", path, "' -C '", root, "' 2>&1");
-      if (std::system(cmd.c_str()) != 0) {
+      static std::atomic<uint64_t> counter{0};
+      const std::string partial =
+          inferd::StrCat(root, ".partial-", ::getpid(), "-", counter.fetch_add(1));
+      fs::remove_all(partial, ec);
+      ExtractLimits limits;
+      limits.keep_links_out = true;
+      if (absl::Status st = ExtractArchive(path, partial, limits); !st.ok()) {
+        fs::remove_all(partial, ec);
         return absl::InvalidArgumentError(inferd::StrCat(
             "model '", cfg.name(), "': parameters EXECUTION_ENV_PATH '", *env_path,
-            "' could not be extracted (expected a .tar.gz of a Python environment)"));
+            "' could not be extracted (expected a .tar.gz of a Python environment): ",
+            st.message()));
       }
-      std::ofstream(root + "/.complete") << "ok\n";
+      std::ofstream(partial + "/.complete") << "ok\n";
+      fs::rename(partial, root, ec);
+      if (ec) fs::remove_all(partial, ec);  // another instance got there first: use its copy
     }
   } else {
     return absl::InvalidArgumentError(inferd::StrCat("model '", cfg.name(),

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <deque>
-#include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "config/model_config_util.h"
 #include "frontends/grpc/grpc_codec.h"
@@ -106,14 +107,14 @@ class StreamReactor
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       reads_done_ = true;
       MaybeFinishLocked();
       return;
     }
     auto message = std::move(incoming_);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       ++in_flight_;
     }
     // Decoupled models answer 0..N times; each response carries triton_final_response, and
@@ -138,7 +139,7 @@ class StreamReactor
     }
     {
       // Backpressure: at the bound, read no more until a request completes (Complete resumes).
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       if (max_in_flight_ > 0 && in_flight_ >= max_in_flight_) {
         read_paused_ = true;
         return;
@@ -148,7 +149,7 @@ class StreamReactor
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     writes_.pop_front();
     writing_ = false;
     if (!ok) broken_ = true;
@@ -162,7 +163,7 @@ class StreamReactor
   void OnCancel() override {
     std::vector<std::shared_ptr<core::CancellationToken>> tokens;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       cancelled_ = true;
       for (auto& weak : tokens_) {
         if (auto t = weak.lock()) tokens.push_back(std::move(t));
@@ -206,7 +207,7 @@ class StreamReactor
       }
       (*infer->mutable_parameters())["triton_final_response"].set_bool_param(final);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     if (final) --in_flight_;
     if (out && !broken_) writes_.push_back(*std::move(out));
     WriteNextLocked();
@@ -221,7 +222,7 @@ class StreamReactor
   // weakly: a completed request's token goes with it.
   std::shared_ptr<core::CancellationToken> Track() {
     auto token = std::make_shared<core::CancellationToken>();
-    std::lock_guard<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     if (cancelled_) token->Cancel();
     if (tokens_.size() >= 16 && tokens_.size() >= 2 * static_cast<size_t>(in_flight_)) {
       std::erase_if(tokens_, [](const std::weak_ptr<core::CancellationToken>& t) { return t.expired(); });
@@ -230,7 +231,7 @@ class StreamReactor
     return token;
   }
 
-  void WriteNextLocked() {
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || writes_.empty() || broken_) return;
     writing_ = true;
     // With more messages queued behind this one (a decoupled model streaming), let gRPC
@@ -240,7 +241,7 @@ class StreamReactor
     StartWrite(&writes_.front(), options);
   }
 
-  void MaybeFinishLocked() {
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) return;
     if (!writes_.empty() && !broken_) return;
     finished_ = true;
@@ -249,17 +250,17 @@ class StreamReactor
 
   server::Server* server_;
   std::shared_ptr<inference::ModelInferRequest> incoming_;
-  std::mutex mu_;
-  std::deque<inference::ModelStreamInferResponse> writes_;
-  bool writing_ = false;
-  bool reads_done_ = false;
-  bool broken_ = false;
-  bool finished_ = false;
-  int in_flight_ = 0;
+  inferd::Mutex mu_;
+  std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   const int max_in_flight_;  // 0: unbounded
-  bool read_paused_ = false;
-  bool cancelled_ = false;
-  std::vector<std::weak_ptr<core::CancellationToken>> tokens_;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::weak_ptr<core::CancellationToken>> tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 // A ModelStreamInfer call refused before it starts.

@@ -1,10 +1,11 @@
 #include "frontends/http/generate.h"
 
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
 #include "rapidjson/document.h"
@@ -181,7 +182,7 @@ class GenerateCall {
  private:
   void Stream(std::unique_ptr<core::InferResponse> response, bool final) {
     if (final && response != nullptr && !response->status.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      inferd::MutexLock lock(&mu_);
       if (!started_) {
         // Refused before any response (a bad request, an unknown model, the backend's one
         // error): a plain JSON error with its status, as for /infer.
@@ -195,7 +196,7 @@ class GenerateCall {
           "data: ", response->status.ok() ? ResponseJson(*response) : ErrorJson(response->status),
           "\n\n");
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     if (!started_) {
       started_ = true;
       // As Triton: the first response sets the status; later errors are events.
@@ -213,7 +214,7 @@ class GenerateCall {
   }
 
   void Collect(std::unique_ptr<core::InferResponse> response, bool final) {
-    std::lock_guard<std::mutex> lock(mu_);
+    inferd::MutexLock lock(&mu_);
     if (response != nullptr) {
       ++count_;
       if (!response->status.ok()) {
@@ -243,11 +244,12 @@ class GenerateCall {
 
   const bool streaming_;
   const std::function<void(std::function<HttpResponse()>)> reply_;
-  std::mutex mu_;
-  bool started_ = false;
-  int count_ = 0;
-  absl::Status error_;
-  std::string body_;
+  // Held while a part is posted, so the parts of a stream leave in order.
+  inferd::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::string body_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -8,15 +8,33 @@
 namespace inferd::http {
 namespace {
 
-bool IsTokenChar(char c) {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
-  switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
-      return true;
-    default:
-      return false;
+// RFC 9110's character classes, one table lookup per byte (the request line and header fields
+// of every request go through them).
+struct CharClasses {
+  bool token[256] = {};         // tchar: a method, a field name
+  bool bad_in_value[256] = {};  // a control other than HTAB, or DEL: refused in a field value
+  bool bad_in_target[256] = {}; // a control, SP or DEL: refused in the request target
+  constexpr CharClasses() {
+    for (int c = 0; c < 256; ++c) {
+      token[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+      bad_in_value[c] = (c < 0x20 && c != '\t') || c == 0x7f;
+      bad_in_target[c] = c <= 0x20 || c == 0x7f;
+    }
+    for (char c : std::string_view("!#$%&'*+-.^_`|~")) token[static_cast<unsigned char>(c)] = true;
   }
+};
+constexpr CharClasses kChars;
+
+bool AllToken(std::string_view s) {
+  bool ok = true;
+  for (char c : s) ok &= kChars.token[static_cast<unsigned char>(c)];
+  return ok;
+}
+
+bool AnyOf(const bool (&table)[256], std::string_view s) {
+  bool any = false;
+  for (char c : s) any |= table[static_cast<unsigned char>(c)];
+  return any;
 }
 
 ParseResult Error(int status, std::string message) {
@@ -25,6 +43,18 @@ ParseResult Error(int status, std::string message) {
   r.error_status = status;
   r.error = std::move(message);
   return r;
+}
+
+// The end of the line starting at `pos`: where its terminator (CRLF, or a bare LF as RFC 9112
+// section 2.2 allows) starts, and the first byte after it; nullopt while the line is incomplete.
+struct LineEnd {
+  size_t eol;
+  size_t next;
+};
+std::optional<LineEnd> FindLineEnd(std::string_view buffer, size_t pos) {
+  const size_t nl = buffer.find('\n', pos);
+  if (nl == std::string_view::npos) return std::nullopt;
+  return LineEnd{nl > pos && buffer[nl - 1] == '\r' ? nl - 1 : nl, nl + 1};
 }
 
 std::string_view Trim(std::string_view s) {
@@ -50,12 +80,12 @@ ParseResult ParseChunkedBody(std::string_view buffer, size_t pos, const ParserLi
                              std::string* out) {
   out->clear();
   for (;;) {
-    size_t eol = buffer.find("\r\n", pos);
-    if (eol == std::string_view::npos) {
+    const auto end = FindLineEnd(buffer, pos);
+    if (!end) {
       if (buffer.size() - pos > 1024) return Error(400, "malformed chunk size line");
       return {};
     }
-    std::string_view line = buffer.substr(pos, eol - pos);
+    std::string_view line = buffer.substr(pos, end->eol - pos);
     if (size_t semi = line.find(';'); semi != std::string_view::npos) line = line.substr(0, semi);
     line = Trim(line);
     size_t size = 0;
@@ -63,29 +93,34 @@ ParseResult ParseChunkedBody(std::string_view buffer, size_t pos, const ParserLi
     if (ec != std::errc() || p != line.data() + line.size() || line.empty()) {
       return Error(400, "malformed chunk size in a chunked request body");
     }
-    pos = eol + 2;
+    pos = end->next;
     if (size == 0) {
       // Trailer fields, then an empty line.
       for (;;) {
-        size_t end = buffer.find("\r\n", pos);
-        if (end == std::string_view::npos) return {};
-        if (end == pos) {
+        const auto trailer = FindLineEnd(buffer, pos);
+        if (!trailer) return {};
+        if (trailer->eol == pos) {
           ParseResult r;
           r.state = ParseState::kComplete;
-          r.consumed = end + 2;
+          r.consumed = trailer->next;
           return r;
         }
-        pos = end + 2;
+        pos = trailer->next;
       }
     }
     if (size > limits.max_body_bytes || out->size() + size > limits.max_body_bytes) {
       return Error(413, inferd::StrCat("request body exceeds the limit of ", limits.max_body_bytes,
                                        " bytes (--http-max-input-size)"));
     }
-    if (buffer.size() - pos < size + 2) return {};
-    if (buffer.substr(pos + size, 2) != "\r\n") return Error(400, "chunk data is not followed by CRLF");
+    if (buffer.size() - pos < size + 1) return {};
+    size_t after = pos + size;
+    if (buffer[after] == '\r') {
+      if (buffer.size() - after < 2) return {};
+      ++after;
+    }
+    if (buffer[after] != '\n') return Error(400, "chunk data is not followed by CRLF");
     out->append(buffer.data() + pos, size);
-    pos += size + 2;
+    pos = after + 1;
   }
 }
 
@@ -119,15 +154,15 @@ ParseResult DecodeChunkedInPlace(char* buffer, size_t* size, const ParserLimits&
     const std::string_view avail(buffer + raw, *size - raw);
     switch (d->phase) {
       case Phase::kSize: {
-        const size_t eol = avail.find("\r\n");
-        if (eol == std::string_view::npos) {
+        const auto end = FindLineEnd(avail, 0);
+        if (!end) {
           if (avail.size() > 1024) return Error(400, "malformed chunk size line");
           compact();
           return {};
         }
-        const auto chunk = ChunkSize(avail.substr(0, eol));
+        const auto chunk = ChunkSize(avail.substr(0, end->eol));
         if (!chunk) return Error(400, "malformed chunk size in a chunked request body");
-        raw += eol + 2;
+        raw += end->next;
         if (*chunk == 0) {
           d->phase = Phase::kTrailers;
         } else {
@@ -154,26 +189,32 @@ ParseResult DecodeChunkedInPlace(char* buffer, size_t* size, const ParserLimits&
         break;
       }
       case Phase::kDataEnd:
-        if (avail.size() < 2) {
+        // CRLF, or a bare LF.
+        if (avail.empty() || (avail[0] == '\r' && avail.size() < 2)) {
           compact();
           return {};
         }
-        if (avail[0] != '\r' || avail[1] != '\n') return Error(400, "chunk data is not followed by CRLF");
-        raw += 2;
+        if (avail[0] == '\n') {
+          raw += 1;
+        } else if (avail[0] == '\r' && avail[1] == '\n') {
+          raw += 2;
+        } else {
+          return Error(400, "chunk data is not followed by CRLF");
+        }
         d->phase = Phase::kSize;
         break;
       case Phase::kTrailers: {
         // Trailer fields (ignored), then an empty line.
-        const size_t eol = avail.find("\r\n");
-        if (eol == std::string_view::npos) {
+        const auto end = FindLineEnd(avail, 0);
+        if (!end) {
           if (avail.size() > limits.max_header_bytes) {
             return Error(431, inferd::StrCat("request trailers exceed ", limits.max_header_bytes, " bytes"));
           }
           compact();
           return {};
         }
-        raw += eol + 2;
-        if (eol == 0) {
+        raw += end->next;
+        if (end->eol == 0) {
           compact();
           ParseResult r;
           r.state = ParseState::kComplete;
@@ -189,33 +230,57 @@ ParseResult DecodeChunkedInPlace(char* buffer, size_t* size, const ParserLimits&
 ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits,
                              HttpRequest* request, std::string* chunked_body,
                              ChunkedDecoder* in_place) {
-  // Tolerate empty lines before a request (RFC 9112 section 2.2).
+  // Lines end in CRLF, or in a bare LF, which RFC 9112 section 2.2 lets a server accept (curl
+  // and browsers send CRLF; hand-written clients and netcat often send LF). Empty lines before
+  // a request are tolerated (same section).
   size_t start = 0;
-  while (start + 1 < buffer.size() && buffer[start] == '\r' && buffer[start + 1] == '\n') start += 2;
-  const size_t header_end = buffer.find("\r\n\r\n", start);
-  if (header_end == std::string_view::npos) {
-    if (buffer.size() - start > limits.max_header_bytes) {
-      return Error(431, inferd::StrCat("request headers exceed ", limits.max_header_bytes, " bytes"));
+  for (;;) {
+    if (start < buffer.size() && buffer[start] == '\n') {
+      start += 1;
+    } else if (start + 1 < buffer.size() && buffer[start] == '\r' && buffer[start + 1] == '\n') {
+      start += 2;
+    } else {
+      break;
     }
-    return {};
   }
-  if (header_end - start > limits.max_header_bytes) {
-    return Error(431, inferd::StrCat("request headers exceed ", limits.max_header_bytes, " bytes"));
+  // The header section: lines up to the first empty one.
+  size_t header_end = std::string_view::npos;  // where the empty line starts
+  size_t body_start = 0;
+  for (size_t pos = start;;) {
+    const size_t nl = buffer.find('\n', pos);
+    if (nl == std::string_view::npos || nl - start > limits.max_header_bytes) {
+      if (buffer.size() - start > limits.max_header_bytes) {
+        return Error(431, inferd::StrCat("request headers exceed ", limits.max_header_bytes, " bytes"));
+      }
+      return {};
+    }
+    if (nl == pos || (nl == pos + 1 && buffer[pos] == '\r')) {
+      header_end = pos;
+      body_start = nl + 1;
+      break;
+    }
+    pos = nl + 1;
   }
-  std::string_view head = buffer.substr(start, header_end - start);
   *request = HttpRequest();
+  // The next line of the header section at `*pos` without its terminator (pos moves past it).
+  auto next_line = [&buffer, header_end](size_t* pos) {
+    size_t nl = buffer.find('\n', *pos);
+    if (nl == std::string_view::npos || nl > header_end) nl = header_end;
+    const size_t end = nl > *pos && buffer[nl - 1] == '\r' ? nl - 1 : nl;
+    std::string_view line = buffer.substr(*pos, end - *pos);
+    *pos = nl + 1;
+    return line;
+  };
+  size_t pos = start;
 
   // Request line: METHOD SP target SP HTTP/1.x
-  size_t eol = head.find("\r\n");
-  std::string_view line = head.substr(0, eol);
+  std::string_view line = next_line(&pos);
   size_t sp1 = line.find(' ');
   if (sp1 == std::string_view::npos || sp1 == 0) return Error(400, "malformed request line");
   size_t sp2 = line.find(' ', sp1 + 1);
   if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return Error(400, "malformed request line");
   request->method = line.substr(0, sp1);
-  for (char c : request->method) {
-    if (!IsTokenChar(c)) return Error(400, "malformed request method");
-  }
+  if (!AllToken(request->method)) return Error(400, "malformed request method");
   request->target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   std::string_view version = line.substr(sp2 + 1);
   if (version == "HTTP/1.1") {
@@ -229,10 +294,8 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
   if (request->target.empty() || request->target[0] != '/') {
     return Error(400, "request target must be an absolute path");
   }
-  for (char c : request->target) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      return Error(400, "request target contains a control character");
-    }
+  if (AnyOf(kChars.bad_in_target, request->target)) {
+    return Error(400, "request target contains a control character");
   }
   size_t q = request->target.find('?');
   request->path = request->target.substr(0, q);
@@ -241,23 +304,15 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
   // Header fields.
   std::optional<size_t> content_length;
   bool chunked = false;
-  size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
-  while (pos < head.size()) {
-    size_t end = head.find("\r\n", pos);
-    if (end == std::string_view::npos) end = head.size();
-    std::string_view field = head.substr(pos, end - pos);
-    pos = end + 2;
+  while (pos < header_end) {
+    std::string_view field = next_line(&pos);
     size_t colon = field.find(':');
     if (colon == std::string_view::npos || colon == 0) return Error(400, "malformed header line");
     std::string_view name = field.substr(0, colon);
-    for (char c : name) {
-      if (!IsTokenChar(c)) return Error(400, "malformed header name");
-    }
+    if (!AllToken(name)) return Error(400, "malformed header name");
     std::string_view value = Trim(field.substr(colon + 1));
-    for (char c : value) {
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
-        return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
-      }
+    if (AnyOf(kChars.bad_in_value, value)) {
+      return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
     }
     request->headers.emplace_back(name, value);
     if (inferd::EqualsIgnoreCase(name, "content-length")) {
@@ -287,13 +342,13 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
     if (in_place != nullptr) {
       *in_place = ChunkedDecoder();
       in_place->active = true;
-      in_place->body_start = in_place->body_end = header_end + 4;
+      in_place->body_start = in_place->body_end = body_start;
       ParseResult r;
       r.headers_complete = true;
       r.expect_continue = request->expect_continue;
       return r;
     }
-    ParseResult r = ParseChunkedBody(buffer, header_end + 4, limits, chunked_body);
+    ParseResult r = ParseChunkedBody(buffer, body_start, limits, chunked_body);
     r.headers_complete = true;
     if (r.state == ParseState::kComplete) request->body = *chunked_body;
     return r;
@@ -304,7 +359,6 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
                                    " bytes exceeds the limit of ", limits.max_body_bytes,
                                    " bytes (--http-max-input-size)"));
   }
-  const size_t body_start = header_end + 4;
   ParseResult r;
   r.headers_complete = true;
   r.expected_total = body_start + body_len;

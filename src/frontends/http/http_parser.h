@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "core/cancellation.h"
 
 namespace inferd::http {
@@ -20,7 +21,8 @@ struct HttpRequest {
   std::string_view path;
   std::string_view query;
   int minor_version = 1;
-  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  // Inline up to 16 fields: no allocation for a usual request.
+  absl::InlinedVector<std::pair<std::string_view, std::string_view>, 16> headers;
   std::string_view body;
   bool keep_alive = true;
   bool expect_continue = false;

@@ -17,12 +17,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <unordered_map>
 
-#include "common/strings.h"
+#include "absl/base/thread_annotations.h"
 #include "common/logging.h"
+#include "common/mutex.h"
+#include "common/strings.h"
 
 namespace inferd::http {
 namespace {
@@ -214,7 +215,7 @@ class EventLoop {
     }
     bool wake;
     {
-      std::lock_guard<std::mutex> lock(pending_mu_);
+      inferd::MutexLock lock(&pending_mu_);
       // One wake-up per batch of completions: the loop drains everything queued.
       wake = pending_.empty();
       pending_.emplace_back(id, std::move(make));
@@ -465,7 +466,7 @@ class EventLoop {
   void DrainPending() {
     std::vector<std::pair<uint64_t, std::function<HttpResponse()>>> batch;
     {
-      std::lock_guard<std::mutex> lock(pending_mu_);
+      inferd::MutexLock lock(&pending_mu_);
       batch.swap(pending_);
     }
     for (auto& [id, make] : batch) Respond(id, make());
@@ -612,8 +613,9 @@ class EventLoop {
   uint64_t next_id_ = 2;
   std::atomic<bool> stop_{false};
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
-  std::mutex pending_mu_;
-  std::vector<std::pair<uint64_t, std::function<HttpResponse()>>> pending_;
+  inferd::Mutex pending_mu_;
+  std::vector<std::pair<uint64_t, std::function<HttpResponse()>>> pending_
+      ABSL_GUARDED_BY(pending_mu_);
 };
 
 Responder::~Responder() {

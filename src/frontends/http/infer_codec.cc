@@ -464,21 +464,6 @@ absl::Status AppendInt(const rapidjson::Value& v, std::string_view name, std::st
   return Invalid(name, "'data' holds a value that is not an integer");
 }
 
-uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float Bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 absl::Status AppendElement(const rapidjson::Value& v, DataType type, std::string_view name,
                            std::string* out) {
   switch (type) {
@@ -647,6 +632,21 @@ void WriteOutputData(JsonWriter& w, const core::OutputTensor& out) {
 
 }  // namespace
 
+// A parameter is a bool, an integer, a double or a string, as in Triton (and as gRPC's
+// InferParameter can only be). Refusing objects and arrays here also means no client value
+// deeper than one level is ever walked by rapidjson's recursive Accept: a request nesting
+// its parameters 87,500 levels deep overflowed the stack when they were written back out.
+static absl::Status CheckScalarParameters(const rapidjson::Value& params) {
+  for (const auto& m : params.GetObject()) {
+    if (m.value.IsObject() || m.value.IsArray() || m.value.IsNull()) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "parameter '", std::string_view(m.name.GetString(), m.name.GetStringLength()),
+          "' has invalid type: it must be a bool, an integer, a double or a string"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The shared-memory extension's parameters of one tensor: nullopt without
 // 'shared_memory_region'; 'shared_memory_byte_size' is required with it.
 static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
@@ -721,6 +721,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
   if (auto it = doc.FindMember("parameters"); it != doc.MemberEnd()) {
     const auto& params = it->value;
     if (!params.IsObject()) return absl::InvalidArgumentError("'parameters' must be an object");
+    if (auto st = CheckScalarParameters(params); !st.ok()) return st;
     auto b = GetBoolParam(params, "binary_data_output", "request");
     if (!b.ok()) return b.status();
     parsed.encoding.binary_default = *b;
@@ -804,6 +805,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     std::optional<uint64_t> binary_size;
     if (auto p = in.FindMember("parameters"); p != in.MemberEnd()) {
       if (!p->value.IsObject()) return Invalid(tensor.name, "'parameters' must be an object");
+      if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
       if (auto b = p->value.FindMember("binary_data_size"); b != p->value.MemberEnd()) {
         if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
         binary_size = b->value.GetUint64();
@@ -895,6 +897,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (!p->value.IsObject()) {
           return absl::InvalidArgumentError(inferd::StrCat("output '", ro.name, "': 'parameters' must be an object"));
         }
+        if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
         if (p->value.HasMember("binary_data")) {
           auto b = GetBoolParam(p->value, "binary_data", inferd::StrCat("output '", ro.name, "'"));
           if (!b.ok()) return b.status();
@@ -1084,57 +1087,6 @@ HttpResponse ErrorResponse(int http_status, std::string_view message) {
 
 HttpResponse ErrorResponse(const absl::Status& status) {
   return ErrorResponse(HttpStatusFromStatus(status), std::string_view(status.message().data(), status.message().size()));
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);
-  } else {
-    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint16_t sign = (bits >> 16) & 0x8000;
-  const uint32_t abs = bits & 0x7fffffff;
-  if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf / nan
-  if (abs >= 0x477ff000) return sign | 0x7c00;  // overflow to inf
-  if (abs < 0x38800000) {                       // subnormal or zero
-    if (abs < 0x33000000) return sign;
-    const uint32_t e = abs >> 23;
-    const uint32_t m = (abs & 0x7fffff) | 0x800000;
-    const uint32_t shift = 126 - e;  // at least 14 here
-    uint32_t v = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (v & 1))) ++v;
-    return sign | static_cast<uint16_t>(v);
-  }
-  uint32_t v = ((abs - 0x38000000) >> 13);
-  const uint32_t rem = abs & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
-  return sign | static_cast<uint16_t>(v);
 }
 
 }  // namespace inferd::http

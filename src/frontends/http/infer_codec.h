@@ -54,8 +54,4 @@ HttpResponse ErrorResponse(const absl::Status& status);
 HttpResponse ErrorResponse(int http_status, std::string_view message);
 int HttpStatusFromStatus(const absl::Status& status);
 
-// IEEE half <-> float, for FP16 tensors in JSON.
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
-
 }  // namespace inferd::http

@@ -38,21 +38,6 @@ absl::Status Malformed(size_t offset, std::string_view what) {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float Bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 bool IsFloating(DataType t) {
   return t == DataType::kFp16 || t == DataType::kBf16 || t == DataType::kFp32 ||
          t == DataType::kFp64;

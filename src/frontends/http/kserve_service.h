@@ -30,6 +30,9 @@ class KServeHttpService {
   // Adapts Handle to HttpServer's handler signature.
   HttpHandler AsHandler();
 
+  // --http-restricted-api, for other HTTP frontends that serve the same categories.
+  const ApiRestrictions& restrictions() const { return restrictions_; }
+
   // One inference call whose JSON header length is already known (nullopt: all JSON; 0: a raw
   // body for a one-input model). For other HTTP frontends (SageMaker) that carry the length
   // differently. The reply carries Inference-Header-Content-Length when outputs are binary.

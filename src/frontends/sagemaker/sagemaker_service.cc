@@ -136,6 +136,20 @@ void SageMakerService::Handle(const HttpRequest& request, std::shared_ptr<const 
     if (!post) return now(ErrorResponse(405, "use POST /invocations"));
     return Invocations(request, std::move(owner), std::move(reply));
   }
+  // The multi-model routes load, unload and list models: --http-restricted-api's
+  // model-repository category, as the KServe port's /v2/repository routes. (Invocations are
+  // not restricted: SageMaker's runtime forwards no custom header with them.)
+  const bool repository_route =
+      path == "/models" || path == "/models/" ||
+      (path.rfind("/models/", 0) == 0 && path.find('/', 8) == std::string_view::npos);
+  if (repository_route) {
+    if (const auto& rule = kserve_->restrictions().Find(ApiCategory::kModelRepository)) {
+      auto got = request.Header(rule->key);
+      if (!got || *got != rule->value) {
+        return now(ErrorResponse(403, ApiRestrictions::RefusalMessage(*rule)));
+      }
+    }
+  }
   if (path == "/models" || path == "/models/") {
     if (get) return now(ListModels(request));
     if (post) return LoadModel(request, std::move(reply));

@@ -10,7 +10,12 @@
 //                  parts), or an archive (.tar.gz, .tgz, .tar) of either, extracted safely,
 //                  on disk or at s3://bucket/key. With --model-control-mode=on-demand, an
 //                  invoke of a model that is not loaded loads the repository's entry named by
-//                  X-Amzn-SageMaker-Target-Model (e.g. "resnet.tar.gz") under <name>.
+//                  X-Amzn-SageMaker-Target-Model (e.g. "resnet.tar.gz") under <name>, and
+//                  GET /models lists it. One name serves one model: a TargetModel naming
+//                  another entry for a name loaded (or being loaded) from one, or for a model
+//                  the repository holds under that name, is 409 naming both.
+//                  With --http-restricted-api, the /models routes (not invocations) are the
+//                  model-repository category.
 //
 // These are routes over the model store (repository::ModelLifecycle through server::Server):
 // fetching, extraction, the memory budget and eviction live there, and an evicted multi-model

@@ -1,8 +1,9 @@
-#include "repository/archive.h"
+#include "common/archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,9 +17,10 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "common/rooted_dir.h"
 #include "common/strings.h"
 
-namespace inferd::repository {
+namespace inferd {
 namespace fs = std::filesystem;
 namespace {
 
@@ -48,8 +50,8 @@ bool StaysInside(std::string_view path) {
 // One extraction: where it writes, what it reads, and what it has written so far.
 struct Extraction {
   struct archive* a = nullptr;
-  std::string_view what;  // names the archive in messages
-  fs::path root;          // canonical destination
+  std::string_view what;         // names the archive in messages
+  RootedDir* root = nullptr;     // the destination; every entry is created beneath it
   ExtractLimits limits;
   // Set when the bytes stopped arriving (a failed download): libarchive then reports a
   // truncated archive, but the reader's own error is the one to return.
@@ -65,33 +67,47 @@ absl::Status ReadError(const Extraction& x) {
       StrCat("cannot read archive '", x.what, "': ", why ? why : "unknown error"));
 }
 
-absl::Status CannotCreate(const fs::path& path, const std::error_code& ec) {
-  return absl::InternalError(StrCat("cannot create '", path.string(), "': ", ec.message()));
+// An entry RootedDir refused: INVALID_ARGUMENT names the entry (the archive's fault); a
+// failure of the disk stays INTERNAL.
+absl::Status EntryError(const std::string& name, const absl::Status& st) {
+  if (absl::IsInvalidArgument(st)) {
+    return absl::InvalidArgumentError(StrCat(
+        "archive entry '", name, "' would be written outside the model folder (", st.message(), ")"));
+  }
+  if (absl::IsAlreadyExists(st)) {
+    return absl::InvalidArgumentError(
+        StrCat("cannot write archive entry '", name, "' (duplicate or unwritable)"));
+  }
+  return st;
 }
 
-// A symbolic link is kept only when it resolves inside the root from the folder it sits in.
-absl::Status ExtractSymlink(archive_entry* entry, const std::string& name, const fs::path& target) {
+// A symbolic link is kept only when it resolves inside the root from the (real) folder it sits
+// in (RootedDir::CreateSymlink), whatever links came before it.
+absl::Status ExtractSymlink(Extraction& x, archive_entry* entry, const std::string& name) {
   const char* link = archive_entry_symlink(entry);
   const std::string dest = link ? link : "";
-  const std::string resolved = (fs::path(name).parent_path() / dest).lexically_normal().string();
-  if (dest.empty() || dest.front() == '/' || !StaysInside(resolved) ||
-      resolved.rfind("..", 0) == 0) {
-    return absl::InvalidArgumentError(
-        StrCat("archive entry '", name, "' links to '", dest, "', outside the model folder"));
+  if (x.limits.keep_links_out && !dest.empty()) {
+    // Nothing is resolved through it while extracting (RESOLVE_BENEATH refuses it).
+    absl::StatusOr<UniqueFd> parent = x.root->MakeDirs(fs::path(name).parent_path().string());
+    if (!parent.ok()) return EntryError(name, parent.status());
+    const std::string base = fs::path(name).filename().string();
+    if (base.empty() || ::symlinkat(dest.c_str(), parent->get(), base.c_str()) != 0) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot create link '", name, "': ", base.empty() ? "no name" : strerror(errno)));
+    }
+    return absl::OkStatus();
   }
-  std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  fs::create_symlink(dest, target, ec);
-  if (ec) {
-    return absl::InternalError(
-        StrCat("cannot create link '", target.string(), "': ", ec.message()));
+  absl::Status st = x.root->CreateSymlink(name, dest);
+  if (absl::IsInvalidArgument(st)) {
+    return absl::InvalidArgumentError(StrCat("archive entry '", name, "' links to '", dest,
+                                             "', outside the model folder (", st.message(), ")"));
   }
-  return absl::OkStatus();
+  return EntryError(name, st);
 }
 
 // Copies the entry's data blocks into `fd` (sparse files keep their holes), counting the
 // bytes against the size cap.
-absl::Status WriteEntryData(Extraction& x, int fd, const fs::path& target) {
+absl::Status WriteEntryData(Extraction& x, int fd, const std::string& name) {
   const void* buf = nullptr;
   size_t size = 0;
   la_int64_t offset = 0;
@@ -105,29 +121,17 @@ absl::Status WriteEntryData(Extraction& x, int fd, const fs::path& target) {
           StrCat("archive expands to more than ", x.limits.max_total_bytes, " bytes"));
     }
     if (::pwrite(fd, buf, size, offset) != static_cast<ssize_t>(size)) {
-      return absl::InternalError(StrCat("cannot write '", target.string(), "'"));
+      return absl::InternalError(
+          StrCat("cannot write '", x.root->path(), "/", name, "': ", strerror(errno)));
     }
   }
 }
 
-absl::Status ExtractRegularFile(Extraction& x, const std::string& name, const fs::path& target) {
-  std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  if (ec) return CannotCreate(target.parent_path(), ec);
-  // A link extracted earlier must not redirect this file outside the root.
-  const std::string real_parent = fs::weakly_canonical(target.parent_path(), ec).string();
-  if (ec || real_parent.compare(0, x.root.string().size(), x.root.string()) != 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "archive entry '", name, "' would be written through a link outside the model folder"));
-  }
-  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        StrCat("cannot write archive entry '", name, "' (duplicate or unwritable)"));
-  }
-  absl::Status status = WriteEntryData(x, fd, target);
-  ::close(fd);
-  return status;
+absl::Status ExtractRegularFile(Extraction& x, const std::string& name) {
+  // Created beneath the root: a link extracted earlier cannot redirect it outside.
+  absl::StatusOr<UniqueFd> fd = x.root->CreateFile(name, 0644);
+  if (!fd.ok()) return EntryError(name, fd.status());
+  return WriteEntryData(x, fd->get(), name);
 }
 
 absl::Status ExtractEntry(Extraction& x, archive_entry* entry) {
@@ -137,23 +141,21 @@ absl::Status ExtractEntry(Extraction& x, archive_entry* entry) {
     return absl::InvalidArgumentError(
         StrCat("archive entry '", name, "' would be written outside the model folder"));
   }
-  const fs::path target = x.root / name;
   const mode_t type = archive_entry_filetype(entry);
   if (type == AE_IFDIR) {
-    std::error_code ec;
-    fs::create_directories(target, ec);
-    return ec ? CannotCreate(target, ec) : absl::OkStatus();
+    absl::StatusOr<UniqueFd> dir = x.root->MakeDirs(name);
+    return dir.ok() ? absl::OkStatus() : EntryError(name, dir.status());
   }
   if (const char* hard = archive_entry_hardlink(entry)) {
     return absl::InvalidArgumentError(
         StrCat("archive entry '", name, "' is a hard link (to '", hard, "'); not accepted"));
   }
-  if (type == AE_IFLNK) return ExtractSymlink(entry, name, target);
+  if (type == AE_IFLNK) return ExtractSymlink(x, entry, name);
   if (type != AE_IFREG) {
     return absl::InvalidArgumentError(
         StrCat("archive entry '", name, "' is a device, FIFO or socket; not accepted"));
   }
-  return ExtractRegularFile(x, name, target);
+  return ExtractRegularFile(x, name);
 }
 
 // The loop both entry points share, once the archive is open.
@@ -171,13 +173,14 @@ absl::Status ExtractEntries(Extraction& x) {
   }
 }
 
-absl::StatusOr<fs::path> CreateRoot(const std::string& dest_dir) {
+// Creates `dest_dir` (and its parents) and opens it as the root every entry is created beneath.
+absl::StatusOr<RootedDir> CreateRoot(const std::string& dest_dir) {
   std::error_code ec;
   fs::create_directories(dest_dir, ec);
-  if (ec) return CannotCreate(dest_dir, ec);
-  fs::path root = fs::canonical(dest_dir, ec);
-  if (ec) return CannotCreate(dest_dir, ec);
-  return root;
+  if (ec) {
+    return absl::InternalError(StrCat("cannot create '", dest_dir, "': ", ec.message()));
+  }
+  return RootedDir::Open(dest_dir);
 }
 
 // libarchive's read callback over an ArchiveChunkReader. The reader's error is kept so the
@@ -313,7 +316,7 @@ absl::Status Decompress(const ArchiveChunkReader& read, std::string_view what, C
 }
 
 // Stage two, on the calling thread: the decompressed bytes as an archive, into `root`.
-absl::Status Untar(ChunkPipe& pipe, std::string_view what, const fs::path& root,
+absl::Status Untar(ChunkPipe& pipe, std::string_view what, RootedDir& root,
                    const ExtractLimits& limits) {
   ArchivePtr a = NewReader();
   const ArchiveChunkReader next = [&pipe] { return pipe.Next(); };
@@ -322,7 +325,7 @@ absl::Status Untar(ChunkPipe& pipe, std::string_view what, const fs::path& root,
   Extraction x;
   x.a = a.get();
   x.what = what;
-  x.root = root;
+  x.root = &root;
   x.limits = limits;
   x.source_status = &ctx.status;
   if (archive_read_open(a.get(), &ctx, nullptr, ReadChunk, nullptr) != ARCHIVE_OK) {
@@ -344,16 +347,16 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
   if (archive_read_open_filename(a.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK) {
     return ReadError(x);
   }
-  absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
+  absl::StatusOr<RootedDir> root = CreateRoot(dest_dir);
   if (!root.ok()) return root.status();
-  x.root = *std::move(root);
+  x.root = &*root;
   return ExtractEntries(x);
 }
 
 absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_view what,
                                   const std::string& dest_dir, const ExtractLimits& limits,
                                   const std::function<void()>& cancel) {
-  absl::StatusOr<fs::path> root = CreateRoot(dest_dir);
+  absl::StatusOr<RootedDir> root = CreateRoot(dest_dir);
   if (!root.ok()) return root.status();
   ChunkPipe pipe(kPipeBytes);
   absl::Status decompressed;
@@ -376,4 +379,4 @@ absl::Status ExtractArchiveStream(const ArchiveChunkReader& read, std::string_vi
   return decompressed;
 }
 
-}  // namespace inferd::repository
+}  // namespace inferd

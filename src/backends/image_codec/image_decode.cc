@@ -1,4 +1,4 @@
-#include "backends/image/image_decode.h"
+#include "backends/image_codec/image_decode.h"
 
 // jpeglib.h needs FILE and size_t declared before it.
 #include <csetjmp>
