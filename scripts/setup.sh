@@ -68,6 +68,27 @@ if [[ ! -f "$ORT_DIR/.complete" ]]; then
   touch "$ORT_DIR/.complete"
 fi
 
+# ONNX Runtime's CUDA execution provider for the same 1.29 core, only when asked
+# (INFERD_FETCH_ORT_CUDA=1: 171 MiB, so CI never fetches it): the pinned npm package's
+# libonnxruntime_providers_cuda.so (CUDA 13, cuDNN 9; sm_75 to sm_120) and
+# libonnxruntime_providers_shared.so, put beside libonnxruntime where the onnxruntime backend
+# looks for them (INFERD_ORT_CUDA_EP_LIBRARY overrides). Without it, KIND_GPU ONNX models say so.
+ORT_CUDA_PKG=com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9
+ORT_CUDA_SHA256=2b459e0c17f340c92970c10ed86de4f37a3009f93c14053e6ad4334cbb6be412
+if [[ "${INFERD_FETCH_ORT_CUDA:-0}" == 1 && ! -f "$ORT_DIR/lib/.cuda-ep-complete" ]]; then
+  echo "setup: fetching ONNX Runtime's CUDA execution provider ($ORT_CUDA_PKG, 171 MiB)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$ORT_CUDA_PKG" >/dev/null)
+  tgz=$(ls "$tmp"/*.tgz)
+  echo "$ORT_CUDA_SHA256  $tgz" | sha256sum -c --quiet -
+  for so in libonnxruntime_providers_cuda.so libonnxruntime_providers_shared.so; do
+    tar -xzf "$tgz" -C "$tmp" "package/Plugins/Linux/x64/$so"
+    cp "$tmp/package/Plugins/Linux/x64/$so" "$ORT_DIR/lib/$so"
+  done
+  rm -rf "$tmp"
+  touch "$ORT_DIR/lib/.cuda-ep-complete"
+fi
+
 # s3rver 3.7.1 (npm), the S3-compatible server the SageMaker tests run on loopback.
 S3RVER_DIR="$CACHE_DIR/s3rver-3.7.1"
 if [[ ! -x "$S3RVER_DIR/node_modules/.bin/s3rver" ]]; then

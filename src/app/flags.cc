@@ -142,7 +142,6 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"pinned-memory-pool-byte-size", Arg::kInt, kNoGpu},
     {"cuda-memory-pool-byte-size", Arg::kString, kNoGpu},
     {"cuda-virtual-address-size", Arg::kString, kNoGpu},
-    {"min-supported-compute-capability", Arg::kFloat, kNoGpu},
     {"model-load-gpu-limit", Arg::kString, kNoGpu},
     {"buffer-manager-thread-count", Arg::kInt, "tensors are not copied by a buffer manager here"},
     {"host-policy", Arg::kString, "host policies (NUMA, CPU sets) are not implemented"},
@@ -302,6 +301,12 @@ std::string Usage() {
                                    backend does not read (default false: load it and log one
                                    WARNING per such key, as Triton's backends ignore them)
   --exit-on-error=<bool>           exit when a model fails to load at start (default true)
+  --min-supported-compute-capability=<x.y>
+                                   GPUs below this CUDA compute capability are not used
+                                   (default 6.0, as Triton)
+  --gpu-fallback-to-cpu=<bool>     run KIND_GPU instances on the CPU where they cannot run on a
+                                   GPU (no GPU, or a CPU-only backend), with one WARNING per
+                                   model, instead of failing the load (default false)
   --disable-auto-complete-config   do not complete configs from model files
   --backend-directory=<path>       where backend libraries loaded on first use live
                                    (libinferd_backend_pytorch.so; default: inferd's folder)
@@ -456,6 +461,17 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"strict-model-config-parameters",
        set_bool("strict-model-config-parameters", &f.server.strict_model_config_parameters)},
       {"exit-on-error", set_bool("exit-on-error", &f.server.exit_on_error)},
+      {"min-supported-compute-capability", [&](const std::string& v) -> absl::Status {
+         double cc = 0;
+         if (!absl::SimpleAtod(v, &cc) || !(cc >= 0) || cc > 100) {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--min-supported-compute-capability takes a compute capability such as 7.5, got '",
+               v, "'"));
+         }
+         f.server.placement.min_compute_capability = cc;
+         return absl::OkStatus();
+       }},
+      {"gpu-fallback-to-cpu", set_bool("gpu-fallback-to-cpu", &f.server.placement.gpu_fallback_to_cpu)},
       {"strict-model-config", [&](const std::string& v) -> absl::Status {
          auto b = ParseBool("strict-model-config", v);
          if (!b.ok()) return b.status();

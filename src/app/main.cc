@@ -22,6 +22,7 @@
 #include "backends/python/python_backend.h"
 #include "backends/module_backend.h"
 #include "common/cpu_budget.h"
+#include "gpu/runtime.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "frontends/grpc/grpc_frontend.h"
@@ -106,6 +107,19 @@ int main(int argc, char** argv) {
   SetLogLevelEnabled(LogLevel::kWarning, flags->log_warning);
   SetLogLevelEnabled(LogLevel::kError, flags->log_error);
   LOG_INFO << "CPU budget: " << cpu_budget.describe;
+  // The host's GPUs, asked once here (CUDA opens the driver on this first call).
+  gpu::Runtime& gpus = gpu::SystemRuntime();
+  flags->server.placement.gpus = &gpus;
+  if (gpus.DeviceCount() == 0) {
+    LOG_INFO << "GPUs: none (" << gpus.UnavailableReason() << ")";
+  }
+  for (const gpu::DeviceProperties& d : gpu::ListDevices(gpus)) {
+    const bool used = d.ComputeCapability() + 1e-9 >= flags->server.placement.min_compute_capability;
+    LOG_INFO << "GPU " << d.id << ": '" << d.name << "', compute capability "
+             << d.compute_capability_major << "." << d.compute_capability_minor << ", "
+             << (d.total_memory_bytes >> 20) << " MiB"
+             << (used ? "" : "; below --min-supported-compute-capability, not used");
+  }
   for (const std::string& line : flags->no_effect) LOG_WARNING << line;
 
   // Signals are taken synchronously by this thread; every thread created below inherits

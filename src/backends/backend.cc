@@ -31,6 +31,23 @@ absl::StatusOr<std::vector<std::string>> Backend::Configure(
   return unread;
 }
 
+absl::Status Backend::GpuInstanceSupport() const {
+  return absl::FailedPreconditionError(
+      inferd::StrCat("backend '", name(), "' runs only on the CPU"));
+}
+
+absl::StatusOr<std::unique_ptr<ModelInstance>> Backend::CreateInstanceOn(
+    const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+    const InstanceDevice& device) {
+  if (device.gpu) {
+    return absl::FailedPreconditionError(inferd::StrCat(
+        "model '", spec.config->name(), "': instance '", device.name, "' of instance_group '",
+        group.name(), "' is placed on GPU ", device.id, ", but backend '", name(),
+        "' runs only on the CPU"));
+  }
+  return CreateInstance(spec, group, index);
+}
+
 absl::Status CheckConfigSupport(const ModelSpec& spec, std::string_view backend,
                                 const ConfigSupport& support, int index) {
   const config::ModelConfig& config = *spec.config;

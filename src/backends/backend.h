@@ -40,6 +40,15 @@ struct ModelSpec {
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
 };
 
+// Where one instance runs. Triton's instance name is "<group name>_<n>" (n counts the
+// group's instances per device, so a group on two GPUs has two "<group>_0"), and its device id
+// is 0 on the CPU.
+struct InstanceDevice {
+  bool gpu = false;
+  int id = 0;
+  std::string name;  // "<group name>_<n>"
+};
+
 // Timestamps a backend reports from inside Execute (monotonic ns).
 struct ExecutionTimes {
   uint64_t input_end_ns = 0;     // inputs handed to the runtime
@@ -110,6 +119,19 @@ class Backend {
   // Creates instance `index` (0-based over all groups) of group `group`.
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) = 0;
+
+  // OK when the backend can run an instance on a GPU (CreateInstanceOn with a GPU device), else
+  // why not (FAILED_PRECONDITION; the default: "backend '<name>' runs only on the CPU"). The
+  // repository places KIND_AUTO groups on the CPU for a backend that cannot, and refuses
+  // KIND_GPU for it with this reason (or, with --gpu-fallback-to-cpu, runs them on the CPU).
+  virtual absl::Status GpuInstanceSupport() const;
+
+  // Creates the instance on `device` (repository/placement.h decided it, as Triton's
+  // TRITONBACKEND_ModelInstanceKind / DeviceId). The default runs CPU instances through
+  // CreateInstance and refuses a GPU one; a backend with SupportsGpuInstances() overrides it.
+  virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstanceOn(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const InstanceDevice& device);
 };
 
 // A `parameters` key Triton's backend reads that has no effect here (a GPU setting on a server

@@ -95,7 +95,8 @@ constexpr FieldRule kRules[] = {
     // The CUDA stream priority of Triton's GPU backends.
     {"optimization.priority", kNoEffect, kModel, false, "a CUDA stream priority"},
     {"optimization.cuda", kNoEffect, kModel, true,
-     "CUDA graphs and streams of GPU instances; every instance here runs on the CPU"},
+     "CUDA graphs and streams of GPU instances; only the onnxruntime backend's GPU instances "
+     "read one key, cuda.graphs"},
     {"optimization.execution_accelerators", kYes, kModel},
     // Triton's onnxruntime backend adds GPU execution providers to GPU instances only; the
     // onnxruntime backend here logs them as not applying.
@@ -191,7 +192,8 @@ constexpr FieldRule kRules[] = {
     // Triton applies it only under --rate-limit=execution_count (off by default).
     {"instance_group.rate_limiter", kWarn, kModel, true,
      "there is no rate limiter (Triton's --rate-limit); instances run whenever they are free"},
-    {"instance_group.gpus", kNo, kModel, false, "no GPU is available on this server"},
+    // repository/placement.h: KIND_GPU / KIND_AUTO placement, ids checked against the host's GPUs.
+    {"instance_group.gpus", kYes, kModel},
     {"instance_group.secondary_devices", kNo, kModel, false, "no GPU or DLA is available on this server"},
     {"instance_group.profile", kWarn, kModel, false,
      "TensorRT optimization profiles, read only by the TensorRT backend"},
@@ -249,11 +251,9 @@ struct RefusedValue {
 };
 
 constexpr RefusedValue kRefusedValues[] = {
-    {"instance_group.kind", "KIND_GPU",
-     "no GPU is available on this server; use KIND_CPU or KIND_AUTO"},
     {"instance_group.kind", "KIND_MODEL",
-     "the backend would choose the devices itself; inferd runs every instance on the CPU: use "
-     "KIND_CPU or KIND_AUTO"},
+     "the backend would choose the devices itself; inferd places every instance: use "
+     "KIND_CPU, KIND_GPU or KIND_AUTO"},
 };
 
 constexpr std::string_view kIgnored =

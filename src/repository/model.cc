@@ -9,6 +9,7 @@
 
 #include "common/strings.h"
 #include "common/logging.h"
+#include "repository/placement.h"
 #include "scheduling/ensemble_scheduler.h"
 #include "scheduling/scheduler_factory.h"
 #include "scheduling/sequence_batcher.h"
@@ -91,6 +92,20 @@ absl::StatusOr<metrics::LatencyMetricsConfig> LatencyMetricsFor(const config::Mo
       }
     }
     out.first_response_buckets.assign(buckets.begin(), buckets.end());
+  }
+  return out;
+}
+
+// "on the CPU", or each instance with its device as Triton's log names them
+// ("m_0_0 (GPU device 0), m_0_0 (GPU device 1)").
+std::string DescribeDevices(const std::vector<backends::InstanceDevice>& devices) {
+  bool any_gpu = false;
+  for (const auto& d : devices) any_gpu |= d.gpu;
+  if (!any_gpu) return "on the CPU";
+  std::string out;
+  for (const auto& d : devices) {
+    inferd::StrAppend(&out, out.empty() ? "" : ", ", d.name, " (", d.gpu ? "GPU" : "CPU",
+                      " device ", d.id, ")");
   }
   return out;
 }
@@ -207,29 +222,27 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   spec.dispatch = options.dispatch;
   spec.is_model_ready = options.is_model_ready;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
-  std::vector<const inference::ModelInstanceGroup*> groups;  // per instance
-  for (const auto& group : spec.config->instance_group()) {
-    if (group.kind() == inference::ModelInstanceGroup::KIND_GPU) {
-      return absl::FailedPreconditionError(inferd::StrCat(
-          "model '", config.name(), "': instance_group '", group.name(),
-          "' asks for KIND_GPU but no GPU is available; use KIND_CPU or KIND_AUTO"));
-    }
-    for (int i = 0; i < group.count(); ++i) groups.push_back(&group);
-  }
+  auto placement = PlaceInstances(*spec.config, backend->GpuInstanceSupport(), options.placement);
+  if (!placement.ok()) return placement.status();
+  if (!placement->fallback_warning.empty()) LOG_WARNING << placement->fallback_warning;
+  const std::vector<InstancePlacement>& places = placement->instances;
+  spec.total_instances = static_cast<int>(places.size());
   {
     std::vector<absl::StatusOr<std::unique_ptr<backends::ModelInstance>>> created;
-    for (size_t i = 0; i < groups.size(); ++i) created.emplace_back(absl::UnknownError("not created"));
-    if (backend->CreatesInstancesConcurrently() && groups.size() > 1) {
+    for (size_t i = 0; i < places.size(); ++i) created.emplace_back(absl::UnknownError("not created"));
+    auto create = [&](size_t i) {
+      return backend->CreateInstanceOn(spec, *places[i].group, static_cast<int>(i),
+                                       places[i].device);
+    };
+    if (backend->CreatesInstancesConcurrently() && places.size() > 1) {
       std::vector<std::thread> threads;
-      for (size_t i = 0; i < groups.size(); ++i) {
-        threads.emplace_back([&, i] {
-          created[i] = backend->CreateInstance(spec, *groups[i], static_cast<int>(i));
-        });
+      for (size_t i = 0; i < places.size(); ++i) {
+        threads.emplace_back([&, i] { created[i] = create(i); });
       }
       for (auto& t : threads) t.join();
     } else {
-      for (size_t i = 0; i < groups.size(); ++i) {
-        created[i] = backend->CreateInstance(spec, *groups[i], static_cast<int>(i));
+      for (size_t i = 0; i < places.size(); ++i) {
+        created[i] = create(i);
         if (!created[i].ok()) return created[i].status();
       }
     }
@@ -238,6 +251,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
       instances.push_back(*std::move(c));
     }
   }
+  for (const auto& p : places) model->devices_.push_back(p.device);
   for (const auto& inst : instances) model->instances_.push_back(inst.get());
   int threads = 0;
   for (const auto& inst : instances) threads += inst->ThreadCount();
@@ -262,7 +276,8 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   model->load_seconds_ = secs;
   LOG_INFO << "loaded model '" << config.name() << "' version " << version << " on backend '"
-           << backend->name() << "': " << spec.total_instances << " instance(s), max_batch_size "
+           << backend->name() << "': " << spec.total_instances << " instance(s) ("
+           << DescribeDevices(model->devices_) << "), max_batch_size "
            << config.max_batch_size() << ", " << threads << " compute thread(s) on "
            << options.cpu_cores << " core(s), scheduler "
            << scheduling::SchedulerName(config)

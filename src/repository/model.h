@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "config/model_config_util.h"
 #include "metrics/model_stats.h"
+#include "repository/placement.h"
 #include "scheduling/scheduler.h"
 
 namespace inferd::repository {
@@ -39,6 +40,9 @@ struct LoadOptions {
   // --model-namespacing: the repository the model was loaded from (its metrics' "namespace"
   // label, as Triton's); empty without namespacing.
   std::string model_namespace;
+  // Where instances run: the devices, --min-supported-compute-capability,
+  // --gpu-fallback-to-cpu (repository/placement.h).
+  PlacementOptions placement;
 };
 
 // Runs every model_warmup sample on `instance` (count times each). Fails with the reason.
@@ -62,6 +66,8 @@ class Model {
   const config::ModelConfig& config() const { return config_; }
   int64_t version() const { return version_; }
   double load_seconds() const { return load_seconds_; }
+  // Each instance's name and device, in creation order (empty for an ensemble).
+  const std::vector<backends::InstanceDevice>& instance_devices() const { return devices_; }
   const std::string& model_namespace() const { return model_namespace_; }
   // The memory the repository accounts to this version (its footprint), for the unload line.
   void set_footprint_bytes(int64_t bytes) { footprint_bytes_.store(bytes, std::memory_order_relaxed); }
@@ -93,6 +99,7 @@ class Model {
   std::unique_ptr<scheduling::Scheduler> scheduler_;
   // The instances (owned by scheduler_), for InstancesReady.
   std::vector<const backends::ModelInstance*> instances_;
+  std::vector<backends::InstanceDevice> devices_;  // per instance, as placed
 };
 
 }  // namespace inferd::repository

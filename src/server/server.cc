@@ -28,6 +28,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.auto_complete = options_.auto_complete;
   lo.load.cpu_cores = options_.cpu_cores;
   lo.load.strict_parameters = options_.strict_model_config_parameters;
+  lo.load.placement = options_.placement;
   lo.load.max_queue_size = options_.max_queue_size;
   lo.load.latency_metrics = options_.latency_metrics;
   lo.sources = options_.sources;

@@ -46,6 +46,9 @@ struct ServerOptions {
   // --strict-model-config-parameters: refuse a `parameters` key the backend does not read
   // (backends::CheckConfigSupport) instead of loading with a WARNING naming it.
   bool strict_model_config_parameters = false;
+  // Where instances run: the host's GPUs (gpu::SystemRuntime() in the server),
+  // --min-supported-compute-capability, --gpu-fallback-to-cpu.
+  repository::PlacementOptions placement;
   // --model-config-name: each model's config is <model>/configs/<name>.pbtxt where that file
   // exists (config::ModelConfigPath), config.pbtxt otherwise.
   std::string model_config_name;

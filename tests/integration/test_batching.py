@@ -97,7 +97,7 @@ def test_kind_gpu_fails_the_load_with_a_reason(server_factory, make_repo):
     idx = srv.post("/v2/repository/index", json={}).json()
     entry = [e for e in idx if e["name"] == "simple"][0]
     assert entry["state"] == "UNAVAILABLE"
-    assert "KIND_GPU" in entry["reason"] and "no GPU" in entry["reason"]
+    assert "has kind KIND_GPU but cannot run on a GPU" in entry["reason"], entry["reason"]
 
 
 def test_full_queue_answers_503(server_factory, make_repo):

@@ -23,8 +23,7 @@ REFUSED = {
     "seq": ("sequence_batching { iterative_sequence: true }\n",
             "config.pbtxt field 'sequence_batching.iterative_sequence' is not supported "
             "by inferd"),
-    "gpu": ("instance_group [ { count: 1 kind: KIND_GPU } ]\n",
-            "config.pbtxt field 'instance_group.kind' value KIND_GPU is not supported by inferd"),
+    # KIND_GPU is placed, not refused by the config check: test_gpu_placement.py.
     "shape_tensor": ('input [ { name: "SHAPE" data_type: TYPE_INT32 dims: [ 1 ] '
                      'is_shape_tensor: true } ]\n',
                      "config.pbtxt field 'input.is_shape_tensor' is not supported by inferd"),

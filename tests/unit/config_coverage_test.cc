@@ -330,7 +330,6 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
       {"model_repository_agents.agents.name", "model_repository_agents"},
       {"input.is_shape_tensor", "input.is_shape_tensor"},
       {"output.is_non_linear_format_io", "output.is_non_linear_format_io"},
-      {"instance_group.gpus", "instance_group.gpus"},
       {"instance_group.secondary_devices.device_id", "instance_group.secondary_devices"},
       {"ensemble_scheduling", "ensemble_scheduling"},  // in a backend model
   };
@@ -341,7 +340,7 @@ TEST(ConfigCoverageTest, UnimplementedFieldsAreRefusedByName) {
     EXPECT_THAT(o.message, HasSubstr("model 'm': config.pbtxt field '" + named +
                                      "' is not supported by inferd ("));
   }
-  for (const char* kind : {"KIND_GPU", "KIND_MODEL"}) {
+  for (const char* kind : {"KIND_MODEL"}) {
     Outcome o = Check("instance_group.kind", false, kind);
     EXPECT_FALSE(o.accepted);
     EXPECT_THAT(o.message, HasSubstr(std::string("config.pbtxt field 'instance_group.kind' value ") +
@@ -370,12 +369,12 @@ TEST(ConfigCoverageTest, RefusalMessageSaysWhatToDo) {
   // Every refused field is named, once.
   cfg = Parse(R"pb(
     name: "m" backend: "identity"
-    instance_group [ { kind: KIND_GPU }, { kind: KIND_GPU count: 2 } ]
+    instance_group [ { kind: KIND_MODEL }, { kind: KIND_MODEL count: 2 } ]
     batch_input [ { kind: BATCH_ELEMENT_COUNT } ])pb");
   st = NormalizeAndValidate(&cfg, "m");
-  EXPECT_THAT(st.message(), HasSubstr("field 'instance_group.kind' value KIND_GPU"));
+  EXPECT_THAT(st.message(), HasSubstr("field 'instance_group.kind' value KIND_MODEL"));
   EXPECT_THAT(st.message(), HasSubstr("field 'batch_input'"));
-  EXPECT_EQ(st.message().find("KIND_GPU"), st.message().rfind("KIND_GPU is"));
+  EXPECT_EQ(st.message().find("KIND_MODEL is"), st.message().rfind("KIND_MODEL is"));
 }
 
 // The false values say what inferd does anyway; an unset field is not "set".

@@ -98,3 +98,39 @@ TEST(SessionSettingsTest, BadValuesAreErrors) {
 
 }  // namespace
 }  // namespace inferd::backends::ort
+
+namespace inferd::backends::ort {
+namespace {
+
+TEST(CudaProviderOptionsTest, TritonKeysMapToTheCudaProvidersOptions) {
+  auto o = CudaProviderOptions(
+      Config(Param("gpu_mem_limit", "4294967296") + Param("cudnn_conv_algo_search", "1") +
+             Param("do_copy_in_default_stream", "false") + Param("arena_extend_strategy", "1") +
+             "optimization { cuda { graphs: true } }"),
+      3);
+  ASSERT_TRUE(o.ok()) << o.status();
+  using P = std::pair<std::string, std::string>;
+  EXPECT_THAT(*o, ::testing::ElementsAre(P{"arena_extend_strategy", "kSameAsRequested"},
+                                         P{"cudnn_conv_algo_search", "HEURISTIC"},
+                                         P{"device_id", "3"},
+                                         P{"do_copy_in_default_stream", "0"},
+                                         P{"enable_cuda_graph", "1"},
+                                         P{"gpu_mem_limit", "4294967296"}));
+  // Unset keys keep ONNX Runtime's defaults: only the device is named.
+  o = CudaProviderOptions(Config(""), 0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_THAT(*o, ::testing::ElementsAre(P{"device_id", "0"}));
+}
+
+TEST(CudaProviderOptionsTest, BadValuesAreRefusedNamingTheKey) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"cudnn_conv_algo_search", "3"}, {"gpu_mem_limit", "lots"},
+           {"arena_extend_strategy", "2"}, {"do_copy_in_default_stream", "maybe"}}) {
+    auto o = CudaProviderOptions(Config(Param(key, value)), 0);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_THAT(o.status().message(), HasSubstr("'" + key + "'"));
+  }
+}
+
+}  // namespace
+}  // namespace inferd::backends::ort

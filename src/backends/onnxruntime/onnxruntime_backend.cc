@@ -1,6 +1,10 @@
 #include "backends/onnxruntime/onnxruntime_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -454,6 +458,67 @@ constexpr ConfigSupport kConfigSupport = {.parameters = kParameters,
                                           .unapplied = kUnapplied,
                                           .input_reshape = true,
                                           .output_reshape = true};
+// A GPU instance gives the CUDA keys to the CUDA execution provider (ort::CudaProviderOptions).
+constexpr std::string_view kGpuParameters[] = {
+    "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
+    "enable_mem_pattern", "memory.enable_memory_arena_shrinkage", "allow_spinning", "session.*",
+    "optimized_model_filepath", "gpu_mem_limit", "cudnn_conv_algo_search",
+    "do_copy_in_default_stream", "arena_extend_strategy"};
+constexpr UnappliedParameter kGpuUnapplied[] = {
+    {"enable_cpu_mem_arena",
+     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
+     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+};
+constexpr ConfigSupport kGpuConfigSupport = {.parameters = kGpuParameters,
+                                             .unapplied = kGpuUnapplied,
+                                             .input_reshape = true,
+                                             .output_reshape = true};
+
+// ONNX Runtime's CUDA execution provider, a plugin library (inferd's ONNX Runtime core is a CPU
+// build, where AppendExecutionProvider_CUDA answers "not enabled in this build"):
+// INFERD_ORT_CUDA_EP_LIBRARY, else beside libonnxruntime, where scripts/setup.sh puts it when
+// INFERD_FETCH_ORT_CUDA=1.
+std::string CudaEpLibraryPath() {
+  if (const char* path = std::getenv("INFERD_ORT_CUDA_EP_LIBRARY"); path != nullptr && *path) {
+    return path;
+  }
+  return INFERD_ORT_CUDA_EP_DEFAULT;
+}
+
+// The CUDA provider registered with the process's Env once (RegisterExecutionProviderLibrary),
+// and its GPU devices (GetEpDevices), in the provider's order, which is CUDA's device order.
+struct CudaEp {
+  absl::Status status;
+  std::vector<Ort::ConstEpDevice> devices;
+};
+
+const CudaEp& RegisteredCudaEp() {
+  static const CudaEp* const ep = [] {
+    auto* out = new CudaEp;
+    const std::string path = CudaEpLibraryPath();
+    try {
+      GlobalEnv().RegisterExecutionProviderLibrary("CUDA", path);
+      for (const Ort::ConstEpDevice& d : GlobalEnv().GetEpDevices()) {
+        if (std::strcmp(d.EpName(), "CUDAExecutionProvider") == 0 &&
+            d.Device().Type() == OrtHardwareDeviceType_GPU) {
+          out->devices.push_back(d);
+        }
+      }
+      if (out->devices.empty()) {
+        out->status = absl::FailedPreconditionError(inferd::StrCat(
+            "ONNX Runtime's CUDA execution provider ('", path, "') lists no GPU"));
+      } else {
+        LOG_INFO << "onnxruntime: CUDA execution provider '" << path << "' registered, "
+                 << out->devices.size() << " GPU(s)";
+      }
+    } catch (const std::exception& e) {
+      out->status = absl::FailedPreconditionError(inferd::StrCat(
+          "cannot load ONNX Runtime's CUDA execution provider '", path, "': ", e.what()));
+    }
+    return out;
+  }();
+  return *ep;
+}
 
 class OnnxRuntimeBackend : public Backend {
  public:
@@ -545,12 +610,67 @@ class OnnxRuntimeBackend : public Backend {
         "cannot read '", model_path, "' to auto-complete its config: ", why.message()));
   }
 
+  // GPU instances need the CUDA execution provider's library; whether it loads and sees the
+  // GPU is known only when the first GPU instance registers it.
+  absl::Status GpuInstanceSupport() const override {
+    const std::string path = CudaEpLibraryPath();
+    if (access(path.c_str(), R_OK) != 0) {
+      return absl::FailedPreconditionError(inferd::StrCat(
+          "backend 'onnxruntime' cannot run on a GPU: ONNX Runtime's CUDA execution provider "
+          "is not installed ('", path, "' cannot be read; scripts/setup.sh fetches it with "
+          "INFERD_FETCH_ORT_CUDA=1, or INFERD_ORT_CUDA_EP_LIBRARY names it)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstanceOn(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const InstanceDevice& device) override {
+    if (!device.gpu) return CreateInstance(spec, group, index);
+    const std::string where = inferd::StrCat("model '", spec.config->name(), "': instance '",
+                                             device.name, "' on GPU ", device.id, ": ");
+    if (absl::Status st = GpuInstanceSupport(); !st.ok()) {
+      return absl::FailedPreconditionError(inferd::StrCat(where, st.message()));
+    }
+    const CudaEp& ep = RegisteredCudaEp();
+    if (!ep.status.ok()) return absl::FailedPreconditionError(inferd::StrCat(where, ep.status.message()));
+    if (device.id < 0 || device.id >= static_cast<int>(ep.devices.size())) {
+      return absl::FailedPreconditionError(inferd::StrCat(
+          where, "ONNX Runtime's CUDA execution provider lists ", ep.devices.size(), " GPU(s)"));
+    }
+    auto cuda_options = ort::CudaProviderOptions(*spec.config, device.id);
+    if (!cuda_options.ok()) return cuda_options.status();
+    return Create(spec, index, &*cuda_options, &ep.devices[device.id]);
+  }
+
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
-    if (auto st = CheckConfigSupport(spec, name(), kConfigSupport, index); !st.ok()) return st;
+    return Create(spec, index, nullptr, nullptr);
+  }
+
+ private:
+  // A CPU instance, or with `cuda_options` and `ep_device` one bound to that CUDA device.
+  absl::StatusOr<std::unique_ptr<ModelInstance>> Create(
+      const ModelSpec& spec, int index,
+      const std::vector<std::pair<std::string, std::string>>* cuda_options,
+      const Ort::ConstEpDevice* ep_device) {
+    const bool gpu = ep_device != nullptr;
+    if (auto st = CheckConfigSupport(spec, name(), gpu ? kGpuConfigSupport : kConfigSupport, index);
+        !st.ok()) {
+      return st;
+    }
     auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
     if (!settings.ok()) return settings.status();
-    if (index == 0) {
+    if (gpu) settings->not_applying.clear();  // the CUDA keys go to the CUDA provider
+    if (index == 0 && gpu) {
+      for (const auto& acc :
+           spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
+        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
+                    << ": gpu_execution_accelerator '" << acc.name()
+                    << "' has no effect: this build has no TensorRT (libnvinfer); the CUDA "
+                       "execution provider runs the model";
+      }
+    } else if (index == 0) {
       for (const auto& acc :
            spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
         LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
@@ -575,9 +695,17 @@ class OnnxRuntimeBackend : public Backend {
       if (inferd::LogEnabled(inferd::LogLevel::kVerbose)) {
         options.SetLogSeverityLevel(ORT_LOGGING_LEVEL_INFO);
       }
+      std::string cuda_described;
+      if (gpu) {
+        std::unordered_map<std::string, std::string> ep_options(cuda_options->begin(),
+                                                                cuda_options->end());
+        options.AppendExecutionProvider_V2(GlobalEnv(), {*ep_device}, ep_options);
+        for (const auto& [k, v] : *cuda_options) inferd::StrAppend(&cuda_described, " ", k, "=", v);
+      }
       auto session = std::make_shared<Ort::Session>(GlobalEnv(), spec.model_path.c_str(), options);
       LOG_INFO << "onnxruntime: model '" << spec.config->name() << "' version " << spec.version
-               << " instance " << index << ": " << ort::DescribeSettings(*settings);
+               << " instance " << index << ": " << ort::DescribeSettings(*settings)
+               << (gpu ? inferd::StrCat("; CUDA execution provider:", cuda_described) : "");
       auto status = CheckIo(*spec.config, *session);
       if (!status.ok()) return status;
       return std::unique_ptr<ModelInstance>(
@@ -588,7 +716,6 @@ class OnnxRuntimeBackend : public Backend {
     }
   }
 
- private:
   int default_max_batch_size_ = 4;  // written by Configure before any load, then read-only
 
   // Every config input and output must exist in the model file with the same data type and a

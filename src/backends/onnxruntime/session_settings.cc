@@ -155,4 +155,46 @@ std::string DescribeSettings(const SessionSettings& s) {
       s.optimized_model_filepath);
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CudaProviderOptions(
+    const config::ModelConfig& config, int device_id) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto bad = [&](std::string_view key, std::string_view want, std::string_view got) {
+    return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': parameter '",
+                                                     key, "' must be ", want, ", got '", got,
+                                                     "'"));
+  };
+  if (auto algo = config::GetParameter(config, "cudnn_conv_algo_search")) {
+    static constexpr const char* kAlgo[] = {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"};
+    int n = -1;
+    if (!absl::SimpleAtoi(*algo, &n) || n < 0 || n > 2) {
+      return bad("cudnn_conv_algo_search", "0 (EXHAUSTIVE), 1 (HEURISTIC) or 2 (DEFAULT)", *algo);
+    }
+    out.emplace_back("cudnn_conv_algo_search", kAlgo[n]);
+  }
+  out.emplace_back("device_id", std::to_string(device_id));
+  if (auto copy = BoolParameter(config, "do_copy_in_default_stream", true); !copy.ok()) {
+    return copy.status();
+  } else if (config::GetParameter(config, "do_copy_in_default_stream")) {
+    out.emplace_back("do_copy_in_default_stream", *copy ? "1" : "0");
+  }
+  if (config.optimization().cuda().graphs()) out.emplace_back("enable_cuda_graph", "1");
+  if (auto limit = config::GetParameter(config, "gpu_mem_limit")) {
+    uint64_t bytes = 0;
+    if (!absl::SimpleAtoi(*limit, &bytes) || bytes == 0) {
+      return bad("gpu_mem_limit", "a number of bytes > 0", *limit);
+    }
+    out.emplace_back("gpu_mem_limit", std::to_string(bytes));
+  }
+  if (auto strategy = config::GetParameter(config, "arena_extend_strategy")) {
+    if (*strategy != "0" && *strategy != "1") {
+      return bad("arena_extend_strategy", "0 (next power of two) or 1 (same as requested)",
+                 *strategy);
+    }
+    out.emplace_back("arena_extend_strategy",
+                     *strategy == "0" ? "kNextPowerOfTwo" : "kSameAsRequested");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace inferd::backends::ort

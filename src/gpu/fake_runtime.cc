@@ -1,0 +1,142 @@
+#include "gpu/fake_runtime.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/strings.h"
+
+namespace inferd::gpu {
+namespace {
+
+class FakeStream : public Stream {
+ public:
+  explicit FakeStream(int device) : device_(device) {}
+  int device() const override { return device_; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  void* native_handle() const override { return nullptr; }
+
+ private:
+  const int device_;
+};
+
+class HostBuffer : public PinnedBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : data_(std::malloc(bytes == 0 ? 1 : bytes)), size_(bytes) {}
+  ~HostBuffer() override { std::free(data_); }
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* const data_;
+  const size_t size_;
+};
+
+class FakeDeviceBuffer : public DeviceBuffer {
+ public:
+  FakeDeviceBuffer(FakeRuntime* runtime, int device, size_t bytes)
+      : runtime_(runtime), device_(device), data_(std::malloc(bytes == 0 ? 1 : bytes)),
+        size_(bytes) {}
+  ~FakeDeviceBuffer() override {
+    std::free(data_);
+    runtime_->Release(device_, size_);
+  }
+  int device() const override { return device_; }
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  FakeRuntime* const runtime_;
+  const int device_;
+  void* const data_;
+  const size_t size_;
+};
+
+}  // namespace
+
+FakeRuntime::FakeRuntime(std::vector<DeviceProperties> devices, std::string unavailable_reason)
+    : devices_([&] {
+        for (size_t i = 0; i < devices.size(); ++i) devices[i].id = static_cast<int>(i);
+        return std::move(devices);
+      }()),
+      unavailable_reason_(std::move(unavailable_reason)),
+      used_bytes_(devices_.size(), 0) {}
+
+std::unique_ptr<FakeRuntime> FakeRuntime::WithDevices(int n, int major, int minor,
+                                                      uint64_t memory_bytes) {
+  std::vector<DeviceProperties> devices(n);
+  for (int i = 0; i < n; ++i) {
+    devices[i].name = inferd::StrCat("Fake GPU ", i);
+    devices[i].compute_capability_major = major;
+    devices[i].compute_capability_minor = minor;
+    devices[i].total_memory_bytes = memory_bytes;
+    devices[i].multiprocessor_count = 80;
+  }
+  return std::make_unique<FakeRuntime>(std::move(devices));
+}
+
+std::string FakeRuntime::UnavailableReason() const {
+  return devices_.empty() ? unavailable_reason_ : std::string();
+}
+
+absl::Status FakeRuntime::CheckDevice(int device) const {
+  if (device < 0 || device >= DeviceCount()) {
+    return absl::OutOfRangeError(inferd::StrCat("GPU ", device, " does not exist: this host has ",
+                                                DeviceCount(), " GPU(s)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceProperties> FakeRuntime::Properties(int device) const {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  return devices_[device];
+}
+
+absl::StatusOr<MemoryInfo> FakeRuntime::GetMemoryInfo(int device) const {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  MemoryInfo info;
+  info.total_bytes = devices_[device].total_memory_bytes;
+  info.free_bytes = info.total_bytes - used_bytes_[device];
+  return info;
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> FakeRuntime::CreateStream(int device) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  return std::make_unique<FakeStream>(device);
+}
+
+absl::StatusOr<std::unique_ptr<PinnedBuffer>> FakeRuntime::AllocatePinned(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> FakeRuntime::AllocateDevice(int device,
+                                                                        size_t bytes) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t free_bytes = devices_[device].total_memory_bytes - used_bytes_[device];
+    if (bytes > free_bytes) {
+      return absl::ResourceExhaustedError(inferd::StrCat(
+          "GPU ", device, ": cannot allocate ", bytes, " bytes, ", free_bytes, " free"));
+    }
+    used_bytes_[device] += bytes;
+  }
+  return std::make_unique<FakeDeviceBuffer>(this, device, bytes);
+}
+
+void FakeRuntime::Release(int device, size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  used_bytes_[device] -= bytes;
+}
+
+absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
+                                    Stream& stream) {
+  if (absl::Status st = CheckDevice(stream.device()); !st.ok()) return st;
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) {
+    return absl::InvalidArgumentError("copy with a null pointer");
+  }
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace inferd::gpu
