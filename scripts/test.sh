@@ -44,7 +44,9 @@ else
 fi
 
 # The same code under AddressSanitizer and UndefinedBehaviorSanitizer (clang), then under
-# ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. The ASan stage also builds the
+# ThreadSanitizer; INFERD_SKIP_SANITIZERS=1 skips both. Both leave out LibTorch and the CUDA
+# device layer (CUDA's static runtime is not built with the sanitizers; the device layer's
+# logic is tested on its fake runtime, which these builds keep). The ASan stage also builds the
 # libFuzzer targets: unit tests, the integration suite against the sanitized binary (without
 # the LibTorch backend, which this build leaves out), and a short run of every fuzzer.
 if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
@@ -52,7 +54,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   ASAN_DIR="$ROOT/build-asan"
   BUILD_DIR="$ASAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
     INFERD_SANITIZE=address,undefined \
-    EXTRA_CMAKE_ARGS="-DINFERD_FUZZ=ON -DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
+    EXTRA_CMAKE_ARGS="-DINFERD_FUZZ=ON -DINFERD_WITH_LIBTORCH=OFF -DINFERD_WITH_CUDA=OFF" "$ROOT/scripts/setup.sh"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export LSAN_OPTIONS="suppressions=$ROOT/fuzz/lsan.supp"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$ROOT/fuzz/ubsan.supp"
@@ -81,7 +83,7 @@ if [[ "${INFERD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "ThreadSanitizer"
   TSAN_DIR="$ROOT/build-tsan"
   BUILD_DIR="$TSAN_DIR" CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo \
-    INFERD_SANITIZE=thread EXTRA_CMAKE_ARGS="-DINFERD_WITH_LIBTORCH=OFF" "$ROOT/scripts/setup.sh"
+    INFERD_SANITIZE=thread EXTRA_CMAKE_ARGS="-DINFERD_WITH_LIBTORCH=OFF -DINFERD_WITH_CUDA=OFF" "$ROOT/scripts/setup.sh"
   export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$ROOT/fuzz/tsan.supp"
   (cd "$TSAN_DIR" && ctest --output-on-failure -j "$(nproc)")
   # The integration tests that drive the server's threads: schedulers, batching, sequences,
