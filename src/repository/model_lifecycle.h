@@ -341,7 +341,7 @@ class ModelLifecycle {
   // The footprint a load of `name` will likely have: its own last measured footprint, else its
   // size on disk plus the largest overhead (footprint minus size on disk) measured so far.
   int64_t EstimateFootprintLocked(const Entry& e, int64_t on_disk) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const std::string& name, const Entry& e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
