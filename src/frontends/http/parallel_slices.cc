@@ -72,9 +72,12 @@ class SliceHelpers {
 
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); }
 
+  // The lock is released after each decrement of `active` (not only by the next Await): the
+  // caller's Await must see it, and under ThreadSanitizer inferd::Mutex wakes waiters on
+  // Unlock only.
   [[noreturn]] void Loop() {
-    mu_.Lock();
     for (;;) {
+      mu_.Lock();
       mu_.Await(absl::Condition(this, &SliceHelpers::HasWork));
       Batch* batch = queue_.front();
       queue_.pop_front();
@@ -82,7 +85,8 @@ class SliceHelpers {
       mu_.Unlock();
       for (size_t i; (i = batch->next.fetch_add(1)) < batch->n;) (*batch->fn)(i);
       mu_.Lock();
-      --batch->active;  // the caller's Await re-checks when mu_ is released
+      --batch->active;  // the batch may be gone once the lock is released
+      mu_.Unlock();
     }
   }
 
