@@ -127,8 +127,17 @@ std::vector<int64_t> Strides(const Shape& shape) {
 // Operators whose samples are independent: Run maps RunSample over the batch in parallel.
 class SampleOperator : public Operator {
  public:
+  // How many inputs RunSample reads at least (in[0] for all but arithmetic).
+  virtual size_t MinInputs() const { return 1; }
   absl::Status Run(std::span<const Batch* const> inputs, Batch* output,
                    const RunContext& ctx) const override {
+    if (inputs.size() < MinInputs()) {
+      // A pipeline may name no input for an operator that reads one (found by
+      // dali_pipeline_fuzz): refused, not read past the end.
+      return absl::InvalidArgumentError(
+          inferd::StrCat("an operator that reads ", MinInputs(), " input(s) was given ",
+                         inputs.size()));
+    }
     output->assign(ctx.batch_size, Sample{});
     ParallelFor(ctx.batch_size, ctx.threads, [&](size_t i) {
       std::vector<const Sample*> in;
@@ -1313,6 +1322,7 @@ DaliType ExprType(const Expr& e, std::span<const DaliType> inputs) {
 
 class ArithmeticOp : public SampleOperator {
  public:
+  size_t MinInputs() const override { return 0; }  // inputs are checked by index (Check)
   static absl::StatusOr<std::unique_ptr<Operator>> Make(const OpNode& node) {
     auto op = std::make_unique<ArithmeticOp>();
     DALI_ASSIGN(desc, node.String("expression_desc", ""));

@@ -157,7 +157,12 @@ class StreamReactor
     MaybeFinishLocked();
   }
 
-  void OnDone() override { delete this; }
+  // A completion that called Finish() may still hold mu_ (gRPC can run OnDone on another
+  // thread at once): wait for it to let go before the reactor, and mu_, are freed.
+  void OnDone() override {
+    { inferd::MutexLock lock(&mu_); }
+    delete this;
+  }
   // The stream was cancelled (the client cancelled it or went away): what it has in flight
   // is cancelled too.
   void OnCancel() override {
