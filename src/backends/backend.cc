@@ -149,4 +149,11 @@ absl::Status ForEachBytesElement(std::string_view buffer,
   return absl::OkStatus();
 }
 
+void FailBatch(std::span<core::InferResponse* const> responses, const absl::Status& status) {
+  for (auto* r : responses) {
+    r->outputs.clear();
+    r->status = status;
+  }
+}
+
 }  // namespace inferd::backends

@@ -182,6 +182,10 @@ bool IsOutputRequested(const core::InferRequest& request, std::string_view name)
 Shape BackendInputShape(const inference::ModelInput& input, const Shape& request_shape,
                         bool batching);
 
+// The error fan-out of a batch that failed as a whole: every response gets `status` and loses
+// any outputs already written.
+void FailBatch(std::span<core::InferResponse* const> responses, const absl::Status& status);
+
 // Walks a BYTES buffer (4-byte little-endian length + bytes per element), calling
 // fn(string_view) for each element. Fails when the buffer is not well formed.
 absl::Status ForEachBytesElement(std::string_view buffer,

@@ -270,20 +270,14 @@ class DaliInstance : public ModelInstance {
     try {
       Run(requests, responses);
     } catch (const std::bad_alloc&) {
-      Fail(responses, absl::ResourceExhaustedError("dali backend: out of memory"));
+      FailBatch(responses, absl::ResourceExhaustedError("dali backend: out of memory"));
     } catch (const std::exception& e) {
-      Fail(responses, absl::InternalError(inferd::StrCat("dali backend: ", e.what())));
+      FailBatch(responses, absl::InternalError(inferd::StrCat("dali backend: ", e.what())));
     }
     times->output_start_ns = core::NowNs();
   }
 
  private:
-  static void Fail(std::span<core::InferResponse* const> responses, const absl::Status& status) {
-    for (auto* r : responses) {
-      r->outputs.clear();
-      r->status = status;
-    }
-  }
 
   // Appends the samples of request input `in` to `batch`: the rows of a [B, ...] tensor (one
   // sample, the whole tensor, when the model does not batch).
@@ -407,7 +401,7 @@ class DaliInstance : public ModelInstance {
       for (const std::string& e : node.inputs) inputs.push_back(&edges[e]);
       Batch out;
       if (auto st = model_->ops[i]->Run(inputs, &out, ctx); !st.ok()) {
-        Fail(responses, absl::Status(st.code(), inferd::StrCat(node.Label(), ": ", st.message())));
+        FailBatch(responses, absl::Status(st.code(), inferd::StrCat(node.Label(), ": ", st.message())));
         return;
       }
       edges[node.output] = std::move(out);

@@ -67,20 +67,14 @@ class ImageInstance : public ModelInstance {
     try {
       Run(requests, responses);
     } catch (const std::bad_alloc&) {
-      Fail(responses, absl::ResourceExhaustedError("image backend: out of memory"));
+      FailBatch(responses, absl::ResourceExhaustedError("image backend: out of memory"));
     } catch (const std::exception& e) {
-      Fail(responses, absl::InternalError(inferd::StrCat("image backend: ", e.what())));
+      FailBatch(responses, absl::InternalError(inferd::StrCat("image backend: ", e.what())));
     }
     times->output_start_ns = core::NowNs();
   }
 
  private:
-  static void Fail(std::span<core::InferResponse* const> responses, const absl::Status& status) {
-    for (auto* r : responses) {
-      r->outputs.clear();
-      r->status = status;
-    }
-  }
 
   // Splits a request's input into its images: rows of a [B, L] UINT8 tensor (or the one row of
   // an [L] tensor when the model does not batch), or the elements of a BYTES tensor.

@@ -308,10 +308,7 @@ class TorchInstance : public ModelInstance {
                                           "' failed: ", e.what()));
     }
     if (!status.ok()) {
-      for (auto* r : responses) {
-        r->outputs.clear();
-        r->status = status;
-      }
+      FailBatch(responses, status);
     }
   }
 

@@ -198,10 +198,7 @@ class OrtInstance : public ModelInstance {
       status = absl::InternalError(inferd::StrCat("onnxruntime backend: ", e.what()));
     }
     if (!status.ok()) {
-      for (auto* r : responses) {
-        r->outputs.clear();
-        r->status = status;
-      }
+      FailBatch(responses, status);
     }
   }
 

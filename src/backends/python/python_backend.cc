@@ -442,10 +442,7 @@ class PythonInstance : public ModelInstance {
     absl::Status err(code, inferd::StrCat(label_, ": the Python process ",
                                           cause.empty() ? "failed" : cause, " during execute (",
                                           st.message(), "); it is being restarted"));
-    for (auto* r : responses) {
-      r->outputs.clear();
-      r->status = err;
-    }
+    FailBatch(responses, err);
   }
 
  private:
