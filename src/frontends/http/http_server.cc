@@ -235,6 +235,11 @@ class EventLoop {
     bool processing = false;
     bool dead = false;
     bool peer_closed = false;
+    // Read stopped with bytes possibly left in the socket (the in-flight limit, or a whole
+    // request already buffered). The socket is edge-triggered, so no event comes for those
+    // bytes: the answer's Respond reads them. Otherwise every read has drained the socket and
+    // a read after the answer would only return EAGAIN (one syscall per request for nothing).
+    bool read_paused = false;
     int64_t last_io_ns = 0;        // last byte read or written
     int64_t request_start_ns = 0;  // first byte of the request being received (0: none)
     // The request in flight's; cancelled when the client goes away before its answer.
@@ -335,6 +340,7 @@ class EventLoop {
   }
 
   void Read(Connection* c) {
+    c->read_paused = false;
     for (;;) {
       ReadBuffer& in = *c->in;
       // While a request is in flight, read no more than one more request's worth.
@@ -348,7 +354,9 @@ class EventLoop {
         // of it at the switch); until then, or when chunked, grow geometrically.
         if (in.expected == 0) in.expected = ExpectedRequestSize(in.view());
         if (in.expected != ReadBuffer::kGrow && in.expected != 0) {
-          if (in.size >= in.expected) return;  // whole: ProcessInput hands it off first
+          if (in.size >= in.expected) {  // whole: ProcessInput hands it off first
+                return;
+          }
           in.Reserve(in.expected);
         } else {
           in.Grow(std::max(in.capacity * 2, in.size + kMinFree));
@@ -521,7 +529,7 @@ class EventLoop {
     }
     if (!c->dead) {
       ProcessInput(c);
-      if (!c->in_flight) {
+      if (!c->in_flight && c->read_paused) {
         Read(c);
         ProcessInput(c);
       }
