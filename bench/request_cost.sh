@@ -6,6 +6,8 @@
 #   bench/request_cost.sh [BASE]      # BASE: a commit (default HEAD~1); builds it in a worktree
 #   bench/request_cost.sh --smoke     # this tree only, few requests: checks the machinery
 #   BASE_BIN=/path/to/inferd bench/request_cost.sh   # a base built elsewhere
+#   CALLS=1 ...                       # also list, per request and per binary, the allocations,
+#                                     # locks, wake-ups (callgrind call counts) and syscalls (strace)
 #
 # The model is Triton's default small case: an ONNX Add FP32[16] (INPUT0 + INPUT1), one CPU
 # instance, no dynamic batching, over HTTP with the binary extension, one keep-alive client.
@@ -105,15 +107,40 @@ per_request() {
   send "$port" "$N"
   callgrind_control -i off "$pid" >/dev/null
   kill -TERM "$pid"; wait "$pid" || true
+  cp "$out" "$W/last.callgrind"
   awk -v n="$N" '/^totals:/ {printf "%.0f", $2 / n; exit}' "$out"
 }
 
+# calls <binary> <label>: the per-request call list of the last per_request run, and the
+# syscalls of the same N requests on a server run without valgrind (strace -f attaches to every
+# thread of the process).
+calls() {
+  echo "--- $2: per request, callgrind call counts"
+  /usr/bin/python3 "$ROOT/bench/callgrind_calls.py" "$W/last.callgrind" "$N"
+  local port; port=$(free_port)
+  "$1" "${ARGS[@]}" --http-thread-count=1 --http-port="$port" 2>"$W/strace_srv.log" &
+  local pid=$!
+  wait_http "http://127.0.0.1:$port/v2/models/add_fp32/ready"
+  send "$port" 50
+  strace -f -c -p "$pid" -o "$W/strace.$2" 2>/dev/null & local spid=$!
+  sleep 1
+  send "$port" "$N"
+  kill -INT "$spid"; wait "$spid" || true
+  kill -TERM "$pid"; wait "$pid" || true
+  echo "--- $2: syscalls per request (strace -c over the same $N requests)"
+  awk -v n="$N" '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+         printf "    %-16s %.2f\n", $NF, $4 / n; sum += $4}
+       END {printf "    total            %.2f\n", sum / n}' "$W/strace.$2"
+}
+
 head_ir=$(per_request "$HEAD_BIN")
+[[ "${CALLS:-0}" == 1 ]] && calls "$HEAD_BIN" head
 if ((SMOKE)); then
   echo "request_cost (smoke): this tree ${head_ir} instructions per request"
   exit 0
 fi
 base_ir=$(per_request "$BASE_BIN")
+[[ "${CALLS:-0}" == 1 ]] && calls "$BASE_BIN" base
 ir_ratio=$(awk -v h="$head_ir" -v b="$base_ir" 'BEGIN {printf "%.4f", h / b}')
 echo "instructions per request: base ${base_ir}, head ${head_ir}, head / base ${ir_ratio}"
 if [[ "${SKIP_THROUGHPUT:-0}" == 1 ]]; then

@@ -346,6 +346,7 @@ class EventLoop {
       // While a request is in flight, read no more than one more request's worth.
       if (c->in_flight &&
           in.size > options_->limits.max_body_bytes + options_->limits.max_header_bytes) {
+        c->read_paused = true;
         return;
       }
       if (in.capacity - in.size < kMinFree) {
@@ -355,7 +356,8 @@ class EventLoop {
         if (in.expected == 0) in.expected = ExpectedRequestSize(in.view());
         if (in.expected != ReadBuffer::kGrow && in.expected != 0) {
           if (in.size >= in.expected) {  // whole: ProcessInput hands it off first
-                return;
+            c->read_paused = true;
+            return;
           }
           in.Reserve(in.expected);
         } else {
