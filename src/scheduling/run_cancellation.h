@@ -22,14 +22,23 @@ namespace inferd::scheduling {
 // is installed (the run cannot be cancelled as a whole). Not thread-safe itself.
 class RunCancellation {
  public:
-  RunCancellation(backends::ModelInstance* instance, std::span<core::InferRequest* const> batch)
-      : state_(std::make_shared<State>()) {
+  RunCancellation(backends::ModelInstance* instance, std::span<core::InferRequest* const> batch) {
     if (batch.empty()) return;
-    std::vector<core::CancellationToken*> tokens;
     for (const core::InferRequest* r : batch) {
       if (!r->cancel) return;
-      tokens.push_back(r->cancel.get());
     }
+    if (batch.size() == 1) {
+      // One request: its cancellation is the whole batch's. The token runs the listener under
+      // its own mutex and ClearListener waits it out, so no shared state is needed; the
+      // capture (one pointer) fits std::function's inline storage: no allocation per run.
+      single_ = batch[0]->cancel.get();
+      single_->SetListener([instance] { instance->CancelExecution(); });
+      return;
+    }
+    std::vector<core::CancellationToken*> tokens;
+    tokens.reserve(batch.size());
+    for (const core::InferRequest* r : batch) tokens.push_back(r->cancel.get());
+    state_ = std::make_shared<State>();
     {
       inferd::MutexLock lock(&state_->mu);
       state_->instance = instance;
@@ -54,12 +63,19 @@ class RunCancellation {
   RunCancellation& operator=(const RunCancellation&) = delete;
 
   void End() {
+    if (single_ != nullptr) {
+      single_->ClearListener();
+      single_ = nullptr;
+      return;
+    }
+    if (state_ == nullptr) return;
     {
       inferd::MutexLock lock(&state_->mu);
       state_->active = false;
     }
     for (core::CancellationToken* t : tokens_) t->ClearListener();
     tokens_.clear();
+    state_.reset();
   }
 
  private:
@@ -69,7 +85,8 @@ class RunCancellation {
     backends::ModelInstance* instance ABSL_GUARDED_BY(mu) = nullptr;
     std::vector<core::CancellationToken*> tokens ABSL_GUARDED_BY(mu);
   };
-  std::shared_ptr<State> state_;
+  core::CancellationToken* single_ = nullptr;     // a one-request run's token, listener set
+  std::shared_ptr<State> state_;                  // a larger run's shared state (else null)
   std::vector<core::CancellationToken*> tokens_;  // the ones carrying our listener
 };
 

@@ -249,6 +249,23 @@ TEST_F(InstancePoolTest, RunningBatchStopsWhenAllItsClientsCancel) {
   EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kCanceled)], 2u);
 }
 
+TEST_F(InstancePoolTest, RunningOneRequestBatchStopsWhenItsClientCancels) {
+  Start({true});
+  auto t = std::make_shared<core::CancellationToken>();
+  std::vector<std::unique_ptr<core::InferRequest>> v;
+  v.push_back(Request("a", t));
+  pool_->Submit(0, BatchOf(std::move(v)));
+  ASSERT_TRUE(instances_[0]->started.Wait());
+  t->Cancel();
+  WaitCompleted(1);
+  EXPECT_EQ(instances_[0]->cancel_calls.load(), 1);
+  // The run is over: a later cancel of the same token reaches no instance.
+  t->Cancel();
+  EXPECT_EQ(instances_[0]->cancel_calls.load(), 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(status_["a"].code(), absl::StatusCode::kCancelled);
+}
+
 TEST_F(InstancePoolTest, RequestCancelledBeforeItStartsNeverRuns) {
   Start({false});
   auto token = std::make_shared<core::CancellationToken>();
