@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-request calls of the functions that cost a request more than their instructions show.
 
-  callgrind_calls.py <callgrind.out> <requests>
+  callgrind_calls.py <callgrind.out> <requests> [callers to list, default 6]
 
 Reads a callgrind output file (every thread of the server, counting on for exactly <requests>
 requests, as bench/request_cost.sh records it) and prints, per request, how many times the
@@ -12,6 +12,8 @@ the machine's noise.
 import collections
 import re
 import sys
+
+TOP = int(sys.argv[3]) if len(sys.argv) > 3 else 6
 
 # category -> regex over the demangled function name (callgrind writes demangled names).
 CATEGORIES = [
@@ -77,7 +79,7 @@ def main():
         print(f"{title}: {total / requests:.1f} per request")
         for n, c in sorted(hit.items(), key=lambda kv: -kv[1])[:4]:
             top = ", ".join(f"{k.split('(')[0][-60:]} {v / requests:.1f}"
-                            for k, v in callers[n].most_common(6) if not rx.match(k or ""))
+                            for k, v in callers[n].most_common(TOP) if not rx.match(k or ""))
             print(f"    {n.split('(')[0]} {c / requests:.1f}  <- {top}")
 
 

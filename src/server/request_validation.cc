@@ -14,10 +14,14 @@ Shape ConfigShape(const google::protobuf::RepeatedField<int64_t>& dims, bool bat
   return s;
 }
 
-bool ShapeMatches(const Shape& expected, const Shape& actual) {
-  if (expected.size() != actual.size()) return false;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (expected[i] != -1 && expected[i] != actual[i]) return false;
+// Whether `actual` matches the config's dims (with the batch dimension in front when batching),
+// -1 matching any size. Compares in place: the expected Shape is built only for an error.
+bool ShapeMatches(const google::protobuf::RepeatedField<int64_t>& dims, bool batching,
+                  const Shape& actual) {
+  const size_t lead = batching ? 1 : 0;
+  if (actual.size() != dims.size() + lead) return false;
+  for (int i = 0; i < dims.size(); ++i) {
+    if (dims[i] != -1 && dims[i] != actual[i + lead]) return false;
   }
   return true;
 }
@@ -51,7 +55,7 @@ absl::Status ValidateRequest(const config::ModelConfig& config, core::InferReque
   const bool batching = config.max_batch_size() > 0;
   const std::string& model = config.name();
   int64_t batch = -1;
-  std::string batch_input;
+  std::string_view batch_input;
 
   for (size_t i = 0; i < request->inputs.size(); ++i) {
     const core::InputTensor& in = request->inputs[i];
@@ -79,8 +83,8 @@ absl::Status ValidateRequest(const config::ModelConfig& config, core::InferReque
           "input '", in.name, "' has datatype ", DataTypeName(in.datatype), " but model '",
           model, "' expects ", DataTypeName(expected_type)));
     }
-    Shape expected = ConfigShape(cfg->dims(), batching);
-    if (!ShapeMatches(expected, in.shape)) {
+    if (!ShapeMatches(cfg->dims(), batching, in.shape)) {
+      const Shape expected = ConfigShape(cfg->dims(), batching);
       return absl::InvalidArgumentError(inferd::StrCat(
           "input '", in.name, "' has shape ", ShapeToString(in.shape), " but model '", model,
           "' expects ", ShapeToString(expected),

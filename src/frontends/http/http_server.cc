@@ -21,6 +21,8 @@
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
@@ -542,27 +544,32 @@ class EventLoop {
   void WriteWhole(Connection* c, HttpResponse& resp, bool close) {
     size_t body_size = resp.body.size();
     for (auto& t : resp.tail) body_size += t.size();
-    std::string head = inferd::StrCat("HTTP/1.1 ", resp.status, " ", StatusText(resp.status),
-                                    "\r\nContent-Length: ", body_size, "\r\n");
+    // One allocation for the head and the body in front: its size is known up to the digits.
+    size_t head_size = 96 + resp.content_type.size() + resp.body.size();
+    for (const auto& [k, v] : resp.headers) head_size += k.size() + v.size() + 4;
+    std::string head;
+    head.reserve(head_size);
+    inferd::StrAppend(&head, "HTTP/1.1 ", resp.status, " ", StatusText(resp.status),
+                      "\r\nContent-Length: ", body_size, "\r\n");
     if (!resp.content_type.empty()) inferd::StrAppend(&head, "Content-Type: ", resp.content_type, "\r\n");
     for (const auto& [k, v] : resp.headers) inferd::StrAppend(&head, k, ": ", v, "\r\n");
     if (close) head.append("Connection: close\r\n");
     head.append("\r\n");
     head.append(resp.body);
-    std::vector<iovec> iov;
+    absl::InlinedVector<iovec, 8> iov;
     iov.push_back({head.data(), head.size()});
     for (auto& t : resp.tail) {
       if (!t.empty()) iov.push_back({const_cast<char*>(t.data()), t.size()});
     }
-    WriteV(c, iov);
+    WriteV(c, absl::MakeSpan(iov));
   }
 
   void WriteRaw(Connection* c, std::string_view data) {
-    std::vector<iovec> iov{{const_cast<char*>(data.data()), data.size()}};
-    WriteV(c, iov);
+    iovec one{const_cast<char*>(data.data()), data.size()};
+    WriteV(c, absl::MakeSpan(&one, 1));
   }
 
-  void WriteV(Connection* c, std::vector<iovec>& iov) {
+  void WriteV(Connection* c, absl::Span<iovec> iov) {
     size_t idx = 0;
     if (c->out.empty()) {
       while (idx < iov.size()) {

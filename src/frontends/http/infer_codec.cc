@@ -778,6 +778,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     return absl::InvalidArgumentError("the request must have an 'inputs' array");
   }
   size_t binary_offset = 0;
+  req.inputs.reserve(inputs->value.Size());
   for (const auto& in : inputs->value.GetArray()) {
     if (!in.IsObject()) return absl::InvalidArgumentError("each entry of 'inputs' must be an object");
     auto name_it = in.FindMember("name");
@@ -884,6 +885,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
 
   if (auto outs = doc.FindMember("outputs"); outs != doc.MemberEnd()) {
     if (!outs->value.IsArray()) return absl::InvalidArgumentError("'outputs' must be an array");
+    req.outputs.reserve(outs->value.Size());
     for (const auto& out : outs->value.GetArray()) {
       if (!out.IsObject()) return absl::InvalidArgumentError("each entry of 'outputs' must be an object");
       auto name_it = out.FindMember("name");
