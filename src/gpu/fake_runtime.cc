@@ -37,8 +37,8 @@ class FakeDeviceBuffer : public DeviceBuffer {
       : runtime_(runtime), device_(device), data_(std::malloc(bytes == 0 ? 1 : bytes)),
         size_(bytes) {}
   ~FakeDeviceBuffer() override {
+    runtime_->Release(device_, data_, size_);
     std::free(data_);
-    runtime_->Release(device_, size_);
   }
   int device() const override { return device_; }
   void* data() const override { return data_; }
@@ -121,12 +121,37 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> FakeRuntime::AllocateDevice(int de
     }
     used_bytes_[device] += bytes;
   }
-  return std::make_unique<FakeDeviceBuffer>(this, device, bytes);
+  auto buffer = std::make_unique<FakeDeviceBuffer>(this, device, bytes);
+  absl::MutexLock lock(&mu_);
+  allocations_.push_back(
+      Allocation{static_cast<const char*>(buffer->data()), bytes == 0 ? 1 : bytes, device});
+  return buffer;
 }
 
-void FakeRuntime::Release(int device, size_t bytes) {
+void FakeRuntime::Release(int device, const void* data, size_t bytes) {
   absl::MutexLock lock(&mu_);
   used_bytes_[device] -= bytes;
+  for (size_t i = 0; i < allocations_.size(); ++i) {
+    if (allocations_[i].begin == data) {
+      allocations_.erase(allocations_.begin() + i);
+      break;
+    }
+  }
+}
+
+int FakeRuntime::DeviceOf(const void* p, size_t bytes) const {
+  const char* c = static_cast<const char*>(p);
+  for (const Allocation& a : allocations_) {
+    if (c >= a.begin && c < a.begin + a.size) {
+      return bytes <= static_cast<size_t>(a.begin + a.size - c) ? a.device : -1;
+    }
+  }
+  return -1;
+}
+
+int FakeRuntime::CopyCount(CopyKind kind) const {
+  absl::MutexLock lock(&mu_);
+  return copies_[static_cast<int>(kind)];
 }
 
 absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
@@ -135,7 +160,23 @@ absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, Co
   if (bytes > 0 && (dst == nullptr || src == nullptr)) {
     return absl::InvalidArgumentError("copy with a null pointer");
   }
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  if (bytes == 0) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    const bool dst_on_device = DeviceOf(dst, bytes) >= 0;
+    const bool src_on_device = DeviceOf(src, bytes) >= 0;
+    const bool want_dst = kind != CopyKind::kDeviceToHost;
+    const bool want_src = kind != CopyKind::kHostToDevice;
+    if (dst_on_device != want_dst || src_on_device != want_src) {
+      constexpr const char* kKinds[] = {"host to device", "device to host", "device to device"};
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "fake ", kKinds[static_cast<int>(kind)], " copy of ", bytes, " bytes: the source ",
+          src_on_device ? "is" : "is not", " device memory and the destination ",
+          dst_on_device ? "is" : "is not"));
+    }
+    ++copies_[static_cast<int>(kind)];
+  }
+  std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }
 
