@@ -149,6 +149,58 @@ int FakeRuntime::DeviceOf(const void* p, size_t bytes) const {
   return -1;
 }
 
+// A fake handle: "inferd-fake-ipc" + the buffer's address and device, zero-padded to the size
+// of a real one.
+std::string FakeRuntime::ExportIpcHandle(const DeviceBuffer& buffer) const {
+  std::string h(kIpcHandleBytes, '\0');
+  constexpr std::string_view kMagic = "inferd-fake-ipc";
+  std::memcpy(h.data(), kMagic.data(), kMagic.size());
+  const void* data = buffer.data();
+  const int device = buffer.device();
+  std::memcpy(h.data() + 16, &data, sizeof(data));
+  std::memcpy(h.data() + 24, &device, sizeof(device));
+  return h;
+}
+
+absl::StatusOr<void*> FakeRuntime::IpcOpenMemHandle(int device, std::string_view handle) {
+  if (handle.size() != kIpcHandleBytes) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "a CUDA IPC handle is ", kIpcHandleBytes, " bytes, got ", handle.size()));
+  }
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  void* data = nullptr;
+  int exported_on = -1;
+  std::memcpy(&data, handle.data() + 16, sizeof(data));
+  std::memcpy(&exported_on, handle.data() + 24, sizeof(exported_on));
+  absl::MutexLock lock(&mu_);
+  // As the driver: a handle that names no live allocation (garbage, or freed since) or one on
+  // another device is refused.
+  if (handle.substr(0, 15) != "inferd-fake-ipc" || DeviceOf(data, 1) != device ||
+      exported_on != device) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "cudaIpcOpenMemHandle on GPU ", device, ": CUDA error 1 (cudaErrorInvalidValue)"));
+  }
+  open_ipc_.push_back(data);
+  return data;
+}
+
+absl::Status FakeRuntime::IpcCloseMemHandle(int device, void* ptr) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < open_ipc_.size(); ++i) {
+    if (open_ipc_[i] == ptr) {
+      open_ipc_.erase(open_ipc_.begin() + i);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("cudaIpcCloseMemHandle of a pointer that is not open");
+}
+
+int FakeRuntime::OpenIpcHandles() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(open_ipc_.size());
+}
+
 int FakeRuntime::CopyCount(CopyKind kind) const {
   absl::MutexLock lock(&mu_);
   return copies_[static_cast<int>(kind)];

@@ -38,6 +38,15 @@ class FakeRuntime : public Runtime {
   absl::Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                          Stream& stream) override;
 
+  absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) override;
+  absl::Status IpcCloseMemHandle(int device, void* ptr) override;
+
+  // What cudaIpcGetMemHandle would give another process for `buffer` (which must be this
+  // runtime's): kIpcHandleBytes bytes that IpcOpenMemHandle maps back to its memory.
+  std::string ExportIpcHandle(const DeviceBuffer& buffer) const;
+  // Handles opened and not yet closed.
+  int OpenIpcHandles() const;
+
   // Copies made so far with `kind`.
   int CopyCount(CopyKind kind) const;
 
@@ -61,6 +70,7 @@ class FakeRuntime : public Runtime {
   std::vector<uint64_t> used_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Allocation> allocations_ ABSL_GUARDED_BY(mu_);  // live fake device memory
   int copies_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};             // by CopyKind
+  std::vector<const void*> open_ipc_ ABSL_GUARDED_BY(mu_);     // IpcOpenMemHandle's results
 };
 
 }  // namespace inferd::gpu
