@@ -238,13 +238,17 @@ void GpuMetrics::Sample() {
 }
 
 void GpuMetrics::Render(PrometheusWriter& w) const {
-  inferd::MutexLock lock(&mu_);
+  std::vector<DeviceState> state;  // a copy: the lambdas below run outside the lock's scope
+  {
+    inferd::MutexLock lock(&mu_);
+    state = state_;
+  }
   const std::vector<NvmlDevice>& devices = nvml_->devices();
   auto family = [&](const char* name, const char* help, const char* type, auto has, auto get) {
     w.Family(name, help, type);
     for (size_t i = 0; i < devices.size(); ++i) {
-      if (!has(state_[i])) continue;
-      w.Sample(name, {{"gpu_uuid", devices[i].uuid}}, get(state_[i]));
+      if (!has(state[i])) continue;
+      w.Sample(name, {{"gpu_uuid", devices[i].uuid}}, get(state[i]));
     }
   };
   // Help strings and types as Triton's (core/src/metrics.cc).
