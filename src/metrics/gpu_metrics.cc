@@ -10,26 +10,29 @@
 #include "common/logging.h"
 #include "common/strings.h"
 
-namespace inferd::metrics {
-
 // NVML's C ABI, declared here because no NVML header is installed on the build machines (the
-// library ships with the driver). Only what is called; layouts as in nvml.h (CUDA 12/13).
+// library ships with the driver). Only what is called; layouts as in nvml.h (CUDA 12/13). The
+// structs keep nvml.h's tag names at global scope, so that a function's type is the same here
+// and in a library declaring them as nvml.h does (UBSan's -fsanitize=function compares them
+// when it calls tests/fakes' NVML).
+struct nvmlUtilization_st {
+  unsigned int gpu;     // percent of time a kernel ran over the last sample period
+  unsigned int memory;  // percent of time memory was read or written
+};
+struct nvmlMemory_st {  // nvmlDeviceGetMemoryInfo (v1), bytes
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+namespace inferd::metrics {
 namespace {
 
 using nvmlReturn_t = int;  // enum nvmlReturn_enum; NVML_SUCCESS is 0
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 using nvmlDevice_t = void*;  // struct nvmlDevice_st*
-
-struct nvmlUtilization_t {
-  unsigned int gpu;     // percent of time a kernel ran over the last sample period
-  unsigned int memory;  // percent of time memory was read or written
-};
-
-struct nvmlMemory_t {  // nvmlDeviceGetMemoryInfo (v1), bytes
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
+using nvmlUtilization_t = ::nvmlUtilization_st;
+using nvmlMemory_t = ::nvmlMemory_st;
 
 // NVML_DEVICE_UUID_V2_BUFFER_SIZE and NVML_DEVICE_NAME_V2_BUFFER_SIZE.
 constexpr unsigned int kUuidBufferSize = 96;

@@ -54,14 +54,17 @@ int CopyString(const char* s, char* out, unsigned int length) {
   return kSuccess;
 }
 
-struct nvmlUtilization_t {
+}  // namespace
+
+// nvml.h's tag names at global scope, as src/metrics/gpu_metrics.cc declares them.
+struct nvmlUtilization_st {
   unsigned int gpu, memory;
 };
-struct nvmlMemory_t {
+struct nvmlMemory_st {
   unsigned long long total, free, used;
 };
-
-}  // namespace
+using nvmlUtilization_t = nvmlUtilization_st;
+using nvmlMemory_t = nvmlMemory_st;
 
 extern "C" {
 
