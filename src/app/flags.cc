@@ -135,7 +135,6 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"vertex-ai-port", Arg::kInt, "there is no Vertex AI endpoint"},
     {"vertex-ai-thread-count", Arg::kInt, "there is no Vertex AI endpoint"},
     {"vertex-ai-default-model", Arg::kString, "there is no Vertex AI endpoint"},
-    {"allow-gpu-metrics", Arg::kBool, kNoGpu},
     {"cache-directory", Arg::kString, "the local response cache is built in; no cache library is loaded"},
     {"rate-limit", Arg::kString, "there is no rate limiter (models that configure one are refused)"},
     {"rate-limit-resource", Arg::kString, "there is no rate limiter"},
@@ -359,13 +358,15 @@ std::string Usage() {
   --allow-metrics=<bool>           serve Prometheus metrics (default true)
   --metrics-port=<n>               (default 8002; 0 picks a free port)
   --metrics-address=<addr>         (default 0.0.0.0)
-  --metrics-interval-ms=<n>        CPU/memory sampling interval (default 2000)
+  --metrics-interval-ms=<n>        CPU/GPU sampling interval (default 2000)
   --metrics-config=<key>=<value>   latency metrics, repeatable: counter_latencies=<bool>
                                    (default true), histogram_latencies=<bool>,
                                    summary_latencies=<bool> (default false),
                                    summary_quantiles=<q>:<err>,... (default
                                    0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,0.999:0.001)
   --allow-cpu-metrics=<bool>       serve the nv_cpu_* gauges (default true)
+  --allow-gpu-metrics=<bool>       serve the nv_gpu_* and nv_energy_consumption metrics from
+                                   NVML (default true; none where there is no NVIDIA driver)
   --log-verbose=<n>                verbose logging level (default 0)
   --log-format=default|ISO8601
   --log-info/--log-warning/--log-error=<bool>   log lines of that level (default true)
@@ -528,6 +529,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
       {"grpc-stream-max-in-flight", set_int("grpc-stream-max-in-flight", 0, [&](int64_t n) { f.grpc.stream_max_in_flight = static_cast<int>(n); })},
       {"allow-metrics", set_bool("allow-metrics", &f.allow_metrics)},
       {"allow-cpu-metrics", set_bool("allow-cpu-metrics", &f.allow_cpu_metrics)},
+      {"allow-gpu-metrics", set_bool("allow-gpu-metrics", &f.allow_gpu_metrics)},
       {"metrics-port", set_int("metrics-port", 0, [&](int64_t n) { f.metrics_http.port = static_cast<int>(n); })},
       {"metrics-address", [&](const std::string& v) { f.metrics_http.address = v; return absl::OkStatus(); }},
       {"metrics-interval-ms", set_int("metrics-interval-ms", 1, [&](int64_t n) { f.metrics_interval_ms = static_cast<int>(n); })},

@@ -33,6 +33,7 @@ struct Flags {
   int metrics_interval_ms = 2000;
   std::string backend_directory;  // --backend-directory; default: the executable's folder
   bool allow_cpu_metrics = true;  // --allow-cpu-metrics: the nv_cpu_* gauges
+  bool allow_gpu_metrics = true;  // --allow-gpu-metrics: the nv_gpu_* figures from NVML
   int log_verbose = 0;
   bool log_iso8601 = false;
   bool log_info = true;     // --log-info

@@ -30,6 +30,7 @@
 #include "frontends/http/kserve_service.h"
 #include "frontends/sagemaker/sagemaker_service.h"
 #include "metrics/prometheus.h"
+#include "metrics/gpu_metrics.h"
 #include "metrics/system_metrics.h"
 #include "server/server.h"
 
@@ -202,11 +203,15 @@ int main(int argc, char** argv) {
   }
 
   std::unique_ptr<metrics::SystemMetrics> system_metrics;
+  std::unique_ptr<metrics::GpuMetrics> gpu_metrics;
   std::unique_ptr<http::HttpServer> metrics_http;
   if (flags->allow_metrics) {
     if (flags->allow_cpu_metrics) {
       system_metrics =
           std::make_unique<metrics::SystemMetrics>(&registry, flags->metrics_interval_ms);
+    }
+    if (flags->allow_gpu_metrics) {
+      gpu_metrics = metrics::StartGpuMetrics(&registry, flags->metrics_interval_ms);
     }
     metrics_http = std::make_unique<http::HttpServer>(
         flags->metrics_http,

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "common/data_type.h"
+#include "common/memory_place.h"
 #include "core/cancellation.h"
 
 namespace inferd::core {
@@ -37,6 +38,10 @@ struct InputTensor {
   std::string_view data;
   // Set by the frontend when the data is in shared memory; the server points `data` there.
   std::optional<SharedMemoryRef> shm;
+  // Where `data` points (Triton's memory type and id). Host by default; a GPU place is for
+  // bytes in a CUDA shared-memory region or an ensemble step's GPU output, which code reading
+  // `data` as host bytes must first copy with gpu::CopyToPlace. Nothing sets a GPU place yet.
+  MemoryPlace place;
 };
 
 struct RequestedOutput {
@@ -70,6 +75,9 @@ struct OutputTensor {
   // The server wrote the data into the shared-memory region the client named; the response
   // carries only its name, datatype and shape.
   bool in_shared_memory = false;
+  // Where `data` points. Host by default; no backend leaves an output on a GPU yet, and the
+  // frontends serialize `data` as host bytes.
+  MemoryPlace place;
 };
 
 struct InferResponse {

@@ -6,6 +6,8 @@
 // file is compiled: everything here is host code calling the runtime API.
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+
 #include "common/logging.h"
 #include "common/strings.h"
 #include "gpu/runtime.h"
@@ -171,6 +173,32 @@ class CudaRuntime : public Runtime {
     return ToStatus(cudaMemcpyAsync(dst, src, bytes, k,
                                     static_cast<cudaStream_t>(stream.native_handle())),
                     "cudaMemcpyAsync");
+  }
+
+  absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) override {
+    static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes);
+    if (handle.size() != kIpcHandleBytes) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "a CUDA IPC handle is ", kIpcHandleBytes, " bytes, got ", handle.size()));
+    }
+    if (absl::Status st = Check(device); !st.ok()) return st;
+    if (absl::Status st = Use(device); !st.ok()) return st;
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    void* ptr = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      // A handle the driver cannot open is the client's (stale, from another host, or made in
+      // this very process): INVALID_ARGUMENT rather than a server error.
+      return absl::InvalidArgumentError(
+          inferd::StrCat("cudaIpcOpenMemHandle on GPU ", device, ": ", CudaError(err)));
+    }
+    return ptr;
+  }
+
+  absl::Status IpcCloseMemHandle(int device, void* ptr) override {
+    if (absl::Status st = Use(device); !st.ok()) return st;
+    return ToStatus(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
   }
 
  private:

@@ -37,8 +37,8 @@ class FakeDeviceBuffer : public DeviceBuffer {
       : runtime_(runtime), device_(device), data_(std::malloc(bytes == 0 ? 1 : bytes)),
         size_(bytes) {}
   ~FakeDeviceBuffer() override {
+    runtime_->Release(device_, data_, size_);
     std::free(data_);
-    runtime_->Release(device_, size_);
   }
   int device() const override { return device_; }
   void* data() const override { return data_; }
@@ -121,12 +121,89 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> FakeRuntime::AllocateDevice(int de
     }
     used_bytes_[device] += bytes;
   }
-  return std::make_unique<FakeDeviceBuffer>(this, device, bytes);
+  auto buffer = std::make_unique<FakeDeviceBuffer>(this, device, bytes);
+  absl::MutexLock lock(&mu_);
+  allocations_.push_back(
+      Allocation{static_cast<const char*>(buffer->data()), bytes == 0 ? 1 : bytes, device});
+  return buffer;
 }
 
-void FakeRuntime::Release(int device, size_t bytes) {
+void FakeRuntime::Release(int device, const void* data, size_t bytes) {
   absl::MutexLock lock(&mu_);
   used_bytes_[device] -= bytes;
+  for (size_t i = 0; i < allocations_.size(); ++i) {
+    if (allocations_[i].begin == data) {
+      allocations_.erase(allocations_.begin() + i);
+      break;
+    }
+  }
+}
+
+int FakeRuntime::DeviceOf(const void* p, size_t bytes) const {
+  const char* c = static_cast<const char*>(p);
+  for (const Allocation& a : allocations_) {
+    if (c >= a.begin && c < a.begin + a.size) {
+      return bytes <= static_cast<size_t>(a.begin + a.size - c) ? a.device : -1;
+    }
+  }
+  return -1;
+}
+
+// A fake handle: "inferd-fake-ipc" + the buffer's address and device, zero-padded to the size
+// of a real one.
+std::string FakeRuntime::ExportIpcHandle(const DeviceBuffer& buffer) const {
+  std::string h(kIpcHandleBytes, '\0');
+  constexpr std::string_view kMagic = "inferd-fake-ipc";
+  std::memcpy(h.data(), kMagic.data(), kMagic.size());
+  const void* data = buffer.data();
+  const int device = buffer.device();
+  std::memcpy(h.data() + 16, &data, sizeof(data));
+  std::memcpy(h.data() + 24, &device, sizeof(device));
+  return h;
+}
+
+absl::StatusOr<void*> FakeRuntime::IpcOpenMemHandle(int device, std::string_view handle) {
+  if (handle.size() != kIpcHandleBytes) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "a CUDA IPC handle is ", kIpcHandleBytes, " bytes, got ", handle.size()));
+  }
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  void* data = nullptr;
+  int exported_on = -1;
+  std::memcpy(&data, handle.data() + 16, sizeof(data));
+  std::memcpy(&exported_on, handle.data() + 24, sizeof(exported_on));
+  absl::MutexLock lock(&mu_);
+  // As the driver: a handle that names no live allocation (garbage, or freed since) or one on
+  // another device is refused.
+  if (handle.substr(0, 15) != "inferd-fake-ipc" || DeviceOf(data, 1) != device ||
+      exported_on != device) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "cudaIpcOpenMemHandle on GPU ", device, ": CUDA error 1 (cudaErrorInvalidValue)"));
+  }
+  open_ipc_.push_back(data);
+  return data;
+}
+
+absl::Status FakeRuntime::IpcCloseMemHandle(int device, void* ptr) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < open_ipc_.size(); ++i) {
+    if (open_ipc_[i] == ptr) {
+      open_ipc_.erase(open_ipc_.begin() + i);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("cudaIpcCloseMemHandle of a pointer that is not open");
+}
+
+int FakeRuntime::OpenIpcHandles() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(open_ipc_.size());
+}
+
+int FakeRuntime::CopyCount(CopyKind kind) const {
+  absl::MutexLock lock(&mu_);
+  return copies_[static_cast<int>(kind)];
 }
 
 absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
@@ -135,7 +212,23 @@ absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, Co
   if (bytes > 0 && (dst == nullptr || src == nullptr)) {
     return absl::InvalidArgumentError("copy with a null pointer");
   }
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  if (bytes == 0) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    const bool dst_on_device = DeviceOf(dst, bytes) >= 0;
+    const bool src_on_device = DeviceOf(src, bytes) >= 0;
+    const bool want_dst = kind != CopyKind::kDeviceToHost;
+    const bool want_src = kind != CopyKind::kHostToDevice;
+    if (dst_on_device != want_dst || src_on_device != want_src) {
+      constexpr const char* kKinds[] = {"host to device", "device to host", "device to device"};
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "fake ", kKinds[static_cast<int>(kind)], " copy of ", bytes, " bytes: the source ",
+          src_on_device ? "is" : "is not", " device memory and the destination ",
+          dst_on_device ? "is" : "is not"));
+    }
+    ++copies_[static_cast<int>(kind)];
+  }
+  std::memcpy(dst, src, bytes);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,6 +71,10 @@ class DeviceBuffer {
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
+// The size of cudaIpcMemHandle_t (CUDA_IPC_HANDLE_SIZE): the bytes a client process gets from
+// cudaIpcGetMemHandle and sends in the CUDA shared-memory extension's `raw_handle`.
+inline constexpr size_t kIpcHandleBytes = 64;
+
 // Thread-safe: every method may be called from any thread.
 class Runtime {
  public:
@@ -95,6 +100,15 @@ class Runtime {
   // synchronized. A pageable host pointer makes the copy synchronous, as in CUDA.
   virtual absl::Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                                  Stream& stream) = 0;
+
+  // Maps, on `device`, the memory another process exported with cudaIpcGetMemHandle
+  // (cudaIpcOpenMemHandle with peer access enabled lazily). `handle` is the handle's
+  // kIpcHandleBytes raw bytes. The pointer is the start of the exporting process's allocation
+  // and stays valid until IpcCloseMemHandle. INVALID_ARGUMENT for a handle of another size,
+  // OUT_OF_RANGE for a device that does not exist, the runtime's error for a handle it refuses.
+  virtual absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) = 0;
+  // Unmaps what IpcOpenMemHandle(device, ...) returned.
+  virtual absl::Status IpcCloseMemHandle(int device, void* ptr) = 0;
 };
 
 // Every device's properties, in id order; empty where there is none.

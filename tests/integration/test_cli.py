@@ -84,7 +84,8 @@ IMPLEMENTED_FLAGS = [
     ("http-max-input-size", "67108864"), ("allow-grpc", "true"), ("grpc-infer-thread-count", "2"),
     ("grpc-restricted-protocol", "model-repository:admin-key=secret"),
     ("allow-sagemaker", "false"), ("sagemaker-port", "8080"), ("sagemaker-thread-count", "2"),
-    ("allow-metrics", "true"), ("allow-cpu-metrics", "true"), ("metrics-interval-ms", "2000"),
+    ("allow-metrics", "true"), ("allow-cpu-metrics", "true"), ("allow-gpu-metrics", "true"),
+    ("metrics-interval-ms", "2000"),
     ("metrics-config", "summary_latencies=true"),
     ("log-verbose", "0"), ("log-info", "true"), ("log-warning", "true"), ("log-error", "true"),
     ("log-format", "default"), ("log-file", "<log>"), ("exit-timeout-secs", "30"),
@@ -117,7 +118,7 @@ NO_EFFECT_FLAGS = [
     ("grpc-http2-max-ping-strikes", "2"), ("grpc-max-connection-age", "60000"),
     ("grpc-max-connection-age-grace", "5000"), ("sagemaker-safe-port-range", "8000-8002"),
     ("allow-vertex-ai", "false"), ("vertex-ai-port", "8080"), ("vertex-ai-thread-count", "2"),
-    ("vertex-ai-default-model", "simple"), ("allow-gpu-metrics", "false"),
+    ("vertex-ai-default-model", "simple"),
     ("cache-directory", "/opt/tritonserver/caches"),
     ("rate-limit", "execution_count"), ("rate-limit-resource", "R1:10:0"),
     ("pinned-memory-pool-byte-size", "268435456"), ("cuda-memory-pool-byte-size", "0:67108864"),
@@ -218,12 +219,12 @@ def test_log_file_receives_the_log(server_factory, make_repo, tmp_path):
     repo = make_repo({"simple": "simple"})
     log = tmp_path / "sub.log"
     log.write_text("kept\n")  # appended to, as tritonserver does
-    srv = server_factory(repo, [f"--log-file={log}", "--allow-gpu-metrics=false"])
+    srv = server_factory(repo, [f"--log-file={log}", "--enable-peer-access=false"])
     srv.wait_until(lambda: "loaded model 'simple'" in log.read_text(), 30, "the load logged")
     text = log.read_text()
     assert text.startswith("kept\n")
     assert "started HTTP service" in text
-    assert "--allow-gpu-metrics=false has no effect on this server" in text
+    assert "--enable-peer-access=false has no effect on this server" in text
     assert "started HTTP service" not in srv.log()
 
 
@@ -235,7 +236,7 @@ def test_log_file_that_cannot_be_opened_exits_2(make_repo):
 
 def test_log_info_false_drops_info_lines(server_factory, make_repo):
     repo = make_repo({"simple": "simple"})
-    srv = server_factory(repo, ["--log-info=false", "--allow-gpu-metrics=false"])
+    srv = server_factory(repo, ["--log-info=false", "--enable-peer-access=false"])
     assert srv.get("/v2/models/simple/ready").status_code == 200
     log = srv.log()
     assert log_lines(log, "W"), log  # warnings still come
@@ -247,7 +248,7 @@ def test_log_info_false_drops_info_lines(server_factory, make_repo):
 
 def test_log_warning_false_drops_warning_lines(server_factory, make_repo):
     repo = make_repo({"simple": "simple"})
-    srv = server_factory(repo, ["--log-warning=false", "--allow-gpu-metrics=false"])
+    srv = server_factory(repo, ["--log-warning=false", "--enable-peer-access=false"])
     log = srv.log()
     assert "has no effect" not in log and not log_lines(log, "W"), log
     assert log_lines(log, "I"), log

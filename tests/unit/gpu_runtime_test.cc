@@ -75,6 +75,9 @@ TEST(SystemRuntimeTest, ReportsDevicesOrWhyNone) {
     }
     EXPECT_EQ(rt.Properties(0).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_FALSE(rt.AllocatePinned(64).ok());
+    // No device to open a client's CUDA IPC handle on.
+    EXPECT_EQ(rt.IpcOpenMemHandle(0, std::string(kIpcHandleBytes, '\0')).status().code(),
+              absl::StatusCode::kOutOfRange);
   } else {
     auto props = rt.Properties(0);
     ASSERT_TRUE(props.ok()) << props.status();
