@@ -221,6 +221,13 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
   return absl::OkStatus();
 }
 
+void AddRequestedOutputs(const core::InferRequest& request,
+                         std::vector<core::OutputTensor> outputs, core::InferResponse* response) {
+  for (auto& t : outputs) {
+    if (IsOutputRequested(request, t.name)) response->outputs.push_back(std::move(t));
+  }
+}
+
 void AppendBytesElement(std::string_view element, std::string* buffer) {
   const uint32_t len = static_cast<uint32_t>(element.size());
   char prefix[4];

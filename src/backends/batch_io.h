@@ -149,6 +149,12 @@ class BatchOutputResponder {
   int64_t total_batch_ = 0;
 };
 
+// Appends to `response` the tensors of `outputs` its request asked for (all when it named none):
+// output filtering for a backend that produces each request's outputs on its own (the Python
+// backend's model, DALI's pipeline, identity) rather than one batch output to slice.
+void AddRequestedOutputs(const core::InferRequest& request,
+                         std::vector<core::OutputTensor> outputs, core::InferResponse* response);
+
 // ---- BYTES elements (4-byte little-endian length + bytes each) ----
 
 // Appends one element to a serialized BYTES buffer.
