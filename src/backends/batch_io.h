@@ -77,11 +77,10 @@ struct BatchInput {
   Shape shape;
   // Every request's bytes, one after the other (BYTES: the serialized elements). Points into
   // the request itself for a batch of one request, else into the collector's BatchBuffer; valid
-  // until the next Gather into the same buffer, or the requests' destruction.
+  // until the batch's next Gather into the same buffer (the next batch), or the requests'
+  // destruction. The memory a runtime's input tensors view: an output aliasing it must be
+  // copied before it outlives the batch.
   std::string_view data;
-  // The requests' tensors, in request order (one per request), for a runtime that wants the
-  // pieces (ONNX Runtime's string tensors, a check whether an output aliases an input).
-  std::vector<const core::InputTensor*> pieces;
 };
 
 // Gathers the inputs of one batch. Does not own the requests or the buffers.
