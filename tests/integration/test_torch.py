@@ -454,3 +454,36 @@ def test_missing_backend_library_fails_the_load_clearly(torch_repo, server_facto
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     r = infer(srv, "simple", [make_input("INPUT0", a, "INT32"), make_input("INPUT1", a, "INT32")])
     assert r.status_code == 200, r.text
+
+
+def test_batched_output_that_is_the_input_tensor(torch_repo, server_factory, tmp_path):
+    # torch_raises returns its input tensor itself. Under dynamic batching the backend gathers
+    # the requests into the instance's batch buffer, which the next batch overwrites; the output
+    # aliases that buffer, so each answer must be a copy made before the next batch runs
+    # (backends/batch_io.h, LibTorch's AliasesAny).
+    import shutil
+    repo = tmp_path / "repo"
+    shutil.copytree(torch_repo / "torch_raises", repo / "torch_raises")
+    cfg = repo / "torch_raises" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    srv = server_factory(repo)
+
+    def one(i):
+        rng = np.random.default_rng(1000 + i)
+        x = (rng.random((1 + i % 2, 2), dtype=np.float32) + 1).astype(np.float32)  # >= 0
+        with requests.Session() as s:
+            r = infer(srv, "torch_raises", [make_input("INPUT__0", x, "FP32", binary=True)],
+                      outputs=[{"name": "OUTPUT__0", "parameters": {"binary_data": True}}],
+                      session=s)
+        assert r.status_code == 200, r.text
+        _, out = parse_response(r)
+        return np.array_equal(out["OUTPUT__0"], x), x.shape[0]
+
+    n = 96
+    with futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(n)))
+    wrong = sum(1 for ok, _ in results if not ok)
+    assert wrong == 0, f"{wrong}/{n} answers differ from their input"
+    st = srv.get("/v2/models/torch_raises/stats").json()["model_stats"][0]
+    assert st["inference_count"] == sum(rows for _, rows in results)
+    assert st["execution_count"] < n, st  # requests were batched together

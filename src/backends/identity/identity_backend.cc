@@ -37,7 +37,7 @@ class IdentityInstance : public ModelInstance {
       waiting_ = false;
       cancelled_ = false;
       if (cancelled) {
-        for (auto* r : responses) r->status = absl::CancelledError("identity: execution cancelled");
+        FailBatch(responses, absl::CancelledError("identity: execution cancelled"));
         return;
       }
     }

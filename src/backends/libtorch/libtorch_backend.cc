@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
+#include "backends/batch_io.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
@@ -313,44 +314,38 @@ class TorchInstance : public ModelInstance {
   }
 
  private:
+  // Maps the gathered batch to forward()'s arguments and its result back through the
+  // responder: gathering, slicing and output filtering are batch_io.h's.
   absl::Status Run(std::span<core::InferRequest* const> requests,
                    std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
     const bool batching = config_->max_batch_size() > 0;
-    const size_t n = requests.size();
-    int64_t total_batch = 0;
-    for (auto* r : requests) total_batch += r->batch_size;
-
+    BatchInputCollector collector(requests, batching, &batch_buffers_);
     std::vector<torch::Tensor> tensors;
+    // The memory the tensors view (the requests' bytes or the batch buffers), which an output
+    // must not keep: the requests go away and the buffers are reused by the next batch.
+    std::vector<std::string_view> viewed;
     for (const std::string& name : inputs_.ordered_names) {
       const inference::ModelInput* cfg = nullptr;
       for (const auto& c : config_->input()) {
         if (c.name() == name) cfg = &c;
       }
-      const core::InputTensor* first = requests[0]->FindInput(name);
-      if (first == nullptr) {
-        return absl::InvalidArgumentError(StrCat("input '", name, "' is missing; the pytorch backend needs every input"));
+      if (cfg == nullptr) return absl::InternalError(StrCat("input '", name, "' is not in the config"));
+      auto batch = collector.Gather(*cfg);
+      if (absl::IsNotFound(batch.status())) {
+        return absl::InvalidArgumentError(
+            StrCat("input '", name, "' is missing; the pytorch backend needs every input"));
       }
-      auto type = ToTorch(first->datatype);
+      if (!batch.ok()) return batch.status();
+      auto type = ToTorch(batch->datatype);
       if (!type) {
-        return absl::InvalidArgumentError(StrCat("input '", name, "': ", DataTypeName(first->datatype),
+        return absl::InvalidArgumentError(StrCat("input '", name, "': ",
+                                                 DataTypeName(batch->datatype),
                                                  " is not supported by the pytorch backend"));
       }
-      Shape shape = BackendInputShape(*cfg, first->shape, batching);
-      auto options = torch::TensorOptions().dtype(*type);
-      if (n == 1) {
-        // A view over the request's bytes: no copy.
-        tensors.push_back(torch::from_blob(const_cast<char*>(first->data.data()), shape, options));
-      } else {
-        shape[0] = total_batch;
-        torch::Tensor t = torch::empty(shape, options);
-        char* dst = static_cast<char*>(t.data_ptr());
-        for (auto* r : requests) {
-          const core::InputTensor* in = r->FindInput(name);
-          std::memcpy(dst, in->data.data(), in->data.size());
-          dst += in->data.size();
-        }
-        tensors.push_back(std::move(t));
-      }
+      // A view, no copy: forward() does not keep its arguments past the call.
+      tensors.push_back(torch::from_blob(const_cast<char*>(batch->data.data()), batch->shape,
+                                         torch::TensorOptions().dtype(*type)));
+      viewed.push_back(batch->data);
     }
     std::vector<torch::jit::IValue> args;
     if (inputs_.dict_input) {
@@ -371,7 +366,37 @@ class TorchInstance : public ModelInstance {
     }
     times->output_start_ns = core::NowNs();
 
-    // Collect the outputs the config names.
+    auto outs = ConfigOutputs(result);
+    if (!outs.ok()) return outs.status();
+    BatchOutputResponder responder(requests, responses, batching);
+    for (auto& [name, tensor] : *outs) {
+      auto holder = std::make_shared<torch::Tensor>(tensor.contiguous().cpu());
+      // An output that shares an input's memory (forward() returned an input, or a view of
+      // one) must not outlive the request or see the next batch: it gets its own copy.
+      if (AliasesAny(*holder, viewed)) *holder = holder->clone();
+      const DataType dtype = FromTorch(holder->scalar_type());
+      const DataType expected = ExpectedOutputType(name);
+      if (dtype != expected) {
+        return absl::InternalError(StrCat(
+            "pytorch: model '", config_->name(), "': configuration expects datatype ",
+            config::ProtoTypeName(config::ToProto(expected)), " for output '", name,
+            "', model provides ",
+            dtype == DataType::kInvalid ? std::string(c10::toString(holder->scalar_type()))
+                                        : config::ProtoTypeName(config::ToProto(dtype))));
+      }
+      const Shape shape(holder->sizes().begin(), holder->sizes().end());
+      const std::string_view data(static_cast<const char*>(holder->data_ptr()), holder->nbytes());
+      if (auto st = responder.Respond(nullptr, name, dtype, shape, data, holder); !st.ok()) {
+        return st;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The tensors forward() returned, by config output name: a tensor (the first output), a
+  // tuple or list (by the names' __N index, else position), or a dict (by name).
+  absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ConfigOutputs(
+      const torch::jit::IValue& result) const {
     std::vector<std::pair<std::string, torch::Tensor>> outs;
     if (result.isTensor()) {
       if (!outputs_.names.empty()) outs.emplace_back(outputs_.names[0], result.toTensor());
@@ -402,55 +427,14 @@ class TorchInstance : public ModelInstance {
     } else {
       return absl::InternalError("forward() must return a tensor, a tuple or list of tensors, or a dict of tensors");
     }
-
-    for (auto& [name, tensor] : outs) {
-      auto holder = std::make_shared<torch::Tensor>(tensor.contiguous().cpu());
-      // A single request's inputs are views over the request's bytes; an output that shares
-      // that memory (forward() returned an input, or a view of one) must not outlive the request.
-      if (n == 1 && AliasesInput(*holder, *requests[0])) *holder = holder->clone();
-      const DataType dtype = FromTorch(holder->scalar_type());
-      const DataType expected = ExpectedOutputType(name);
-      if (dtype != expected) {
-        return absl::InternalError(StrCat(
-            "pytorch: model '", config_->name(), "': configuration expects datatype ",
-            config::ProtoTypeName(config::ToProto(expected)), " for output '", name,
-            "', model provides ",
-            dtype == DataType::kInvalid ? std::string(c10::toString(holder->scalar_type()))
-                                        : config::ProtoTypeName(config::ToProto(dtype))));
-      }
-      Shape shape(holder->sizes().begin(), holder->sizes().end());
-      const std::string_view all(static_cast<const char*>(holder->data_ptr()), holder->nbytes());
-      if (n == 1) {
-        if (IsOutputRequested(*requests[0], name)) {
-          responses[0]->outputs.push_back({name, dtype, shape, all, holder});
-        }
-        continue;
-      }
-      if (shape.empty() || shape[0] != total_batch) {
-        return absl::InternalError(StrCat("output '", name, "' cannot be split by batch"));
-      }
-      const size_t per_item = all.size() / total_batch;
-      size_t offset = 0;
-      for (size_t r = 0; r < n; ++r) {
-        const size_t len = per_item * requests[r]->batch_size;
-        if (IsOutputRequested(*requests[r], name)) {
-          Shape s = shape;
-          s[0] = requests[r]->batch_size;
-          responses[r]->outputs.push_back({name, dtype, s, all.substr(offset, len), holder});
-        }
-        offset += len;
-      }
-    }
-    return absl::OkStatus();
+    return outs;
   }
 
-  static bool AliasesInput(const torch::Tensor& t, const core::InferRequest& request) {
+  static bool AliasesAny(const torch::Tensor& t, const std::vector<std::string_view>& memory) {
     const char* begin = static_cast<const char*>(t.storage().data());
     const char* end = begin + t.storage().nbytes();
-    for (const auto& in : request.inputs) {
-      const char* b = in.data.data();
-      const char* e = b + in.data.size();
-      if (b < end && begin < e) return true;
+    for (std::string_view m : memory) {
+      if (m.data() < end && begin < m.data() + m.size()) return true;
     }
     return false;
   }
@@ -470,6 +454,9 @@ class TorchInstance : public ModelInstance {
   inferd::Mutex stop_mu_;
   bool running_ ABSL_GUARDED_BY(stop_mu_) = false;  // an Execute is on
   std::atomic<bool> stop_{false};  // CancelExecution during this run
+  // Batch input buffers, one per input, reused by every batch (Execute runs on one thread at a
+  // time, and the inputs are views that forward() does not keep).
+  std::vector<BatchBuffer> batch_buffers_;
 };
 
 // The `parameters` keys CreateInstance reads; add a key here when it gets read. Inputs are

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "common/mutex.h"
 #include "common/strings.h"
+#include "backends/batch_io.h"
 #include "backends/onnxruntime/session_settings.h"
 #include "backends/onnxruntime/thread_reuse.h"
 #include "common/logging.h"
@@ -203,189 +204,104 @@ class OrtInstance : public ModelInstance {
   }
 
  private:
+  // Maps the gathered batch to ONNX Runtime's tensors, runs the session, and hands its outputs
+  // back through the responder: gathering, slicing and output filtering are batch_io.h's.
   absl::Status Run(std::span<core::InferRequest* const> requests,
                    std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
     const bool batching = config_->max_batch_size() > 0;
-    const size_t n = requests.size();
+    BatchInputCollector collector(requests, batching, &batch_buffers_);
     std::vector<Ort::Value> inputs;
     std::vector<const char*> input_names;
-    size_t next_buffer = 0;  // batch_buffers_ used so far by this batch
-    int64_t total_batch = 0;
-    for (auto* r : requests) total_batch += r->batch_size;
-
     for (const auto& in_cfg : config_->input()) {
-      const core::InputTensor* first = requests[0]->FindInput(in_cfg.name());
-      if (first == nullptr) continue;  // optional input left out
-      Shape shape = BackendInputShape(in_cfg, first->shape, batching);
-      if (n > 1 && !shape.empty()) shape[0] = total_batch;
+      auto batch = collector.Gather(in_cfg);
+      if (absl::IsNotFound(batch.status())) continue;  // optional input left out
+      if (!batch.ok()) return batch.status();
       input_names.push_back(in_cfg.name().c_str());
-      if (first->datatype == DataType::kBytes) {
-        std::vector<std::string_view> elems;
-        for (auto* r : requests) {
-          const core::InputTensor* t = r->FindInput(in_cfg.name());
-          auto st = ForEachBytesElement(t->data, [&](std::string_view e) { elems.push_back(e); });
-          if (!st.ok()) return st;
-        }
-        Ort::Value v = Ort::Value::CreateTensor(allocator_, shape.data(), shape.size(),
-                                                ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING);
-        for (size_t i = 0; i < elems.size(); ++i) {
-          char* dst = v.GetResizedStringTensorElementBuffer(i, elems[i].size());
-          if (!elems[i].empty()) std::memcpy(dst, elems[i].data(), elems[i].size());
-        }
-        inputs.push_back(std::move(v));
-        continue;
-      }
-      char* data;
-      size_t bytes;
-      if (n == 1) {
-        // The tensor is a view over the request's bytes: no copy.
-        data = const_cast<char*>(first->data.data());
-        bytes = first->data.size();
-      } else {
-        // One copy of each request's bytes into this instance's buffer, sized once and kept
-        // across batches: no regrowth, and no fresh pages to fault in on every batch.
-        bytes = 0;
-        for (auto* r : requests) bytes += r->FindInput(in_cfg.name())->data.size();
-        if (next_buffer == batch_buffers_.size()) batch_buffers_.emplace_back();
-        BatchBuffer& buf = batch_buffers_[next_buffer++];
-        if (buf.capacity < bytes) {
-          buf.data = std::make_unique_for_overwrite<char[]>(bytes);
-          buf.capacity = bytes;
-        }
-        data = buf.data.get();
-        size_t offset = 0;
-        for (auto* r : requests) {
-          const std::string_view piece = r->FindInput(in_cfg.name())->data;
-          if (!piece.empty()) std::memcpy(data + offset, piece.data(), piece.size());
-          offset += piece.size();
-        }
-      }
-      inputs.push_back(Ort::Value::CreateTensor(memory_info_, data, bytes, shape.data(),
-                                                shape.size(), ToOrt(first->datatype)));
+      auto value = ToOrtValue(*batch);
+      if (!value.ok()) return value.status();
+      inputs.push_back(*std::move(value));
     }
 
     // Ask only for outputs some request wants.
+    BatchOutputResponder responder(requests, responses, batching);
+    std::vector<size_t> wanted;  // indexes into config_->output()
     std::vector<const char*> names;
-    for (const auto& name : output_names_) {
-      for (auto* r : requests) {
-        if (IsOutputRequested(*r, name)) {
-          names.push_back(name.c_str());
-          break;
-        }
-      }
+    for (size_t o = 0; o < output_names_.size(); ++o) {
+      if (!responder.AnyRequested(output_names_[o])) continue;
+      wanted.push_back(o);
+      names.push_back(output_names_[o].c_str());
     }
     times->input_end_ns = core::NowNs();
-    std::vector<Ort::Value> outputs;
-    {
-      // CancelExecution may set the terminate flag only while this Run is on; the flag is
-      // sticky on the RunOptions, so it is cleared again before the next batch.
-      {
-        inferd::MutexLock lock(&terminate_mu_);
-        running_ = true;
-      }
-      struct Unset {
-        OrtInstance* self;
-        ~Unset() {
-          inferd::MutexLock lock(&self->terminate_mu_);
-          self->running_ = false;
-          if (self->terminated_) self->run_options_.UnsetTerminate();
-          self->terminated_ = false;
-        }
-      } unset{this};
-      outputs = session_->Run(run_options_, input_names.data(), inputs.data(), inputs.size(),
-                              names.data(), names.size());
-    }
+    std::vector<Ort::Value> outputs = RunSession(input_names, inputs, names);
     times->output_start_ns = core::NowNs();
 
-    for (size_t o = 0; o < outputs.size(); ++o) {
+    for (size_t k = 0; k < outputs.size(); ++k) {
       auto holder = std::make_shared<OutputHolder>();
       holder->session = session_;
-      holder->value = std::move(outputs[o]);
+      holder->value = std::move(outputs[k]);
       Ort::TensorTypeAndShapeInfo info = holder->value.GetTensorTypeAndShapeInfo();
-      Shape shape = info.GetShape();
       const DataType dtype = FromOrt(info.GetElementType());
       if (dtype == DataType::kInvalid) {
-        return absl::InternalError(inferd::StrCat("output '", names[o], "' has a data type inferd does not support"));
+        return absl::InternalError(
+            inferd::StrCat("output '", names[k], "' has a data type inferd does not support"));
       }
-      std::string_view all;
-      // BYTES: where each element's serialized form starts in holder->bytes (and the end),
-      // so a batched output splits at request boundaries like a fixed-size one.
-      std::vector<size_t> element_offsets;
+      std::string_view data;
       if (dtype == DataType::kBytes) {
         const size_t count = info.GetElementCount();
-        element_offsets.reserve(count + 1);
         for (size_t i = 0; i < count; ++i) {
-          element_offsets.push_back(holder->bytes.size());
-          std::string s = holder->value.GetStringTensorElement(i);
-          uint32_t len = static_cast<uint32_t>(s.size());
-          holder->bytes.append(reinterpret_cast<const char*>(&len), 4);
-          holder->bytes.append(s);
+          AppendBytesElement(holder->value.GetStringTensorElement(i), &holder->bytes);
         }
-        element_offsets.push_back(holder->bytes.size());
-        all = holder->bytes;
+        data = holder->bytes;
       } else {
-        all = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
-                               info.GetElementCount() * DataTypeSize(dtype));
+        data = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
+                                info.GetElementCount() * DataTypeSize(dtype));
       }
-      // Output reshape: the client sees the config's dims.
-      const inference::ModelOutput* out_cfg = nullptr;
-      for (const auto& c : config_->output()) {
-        if (c.name() == names[o]) out_cfg = &c;
-      }
-      if (n == 1) {
-        core::OutputTensor out;
-        out.name = names[o];
-        out.datatype = dtype;
-        out.shape = ClientShape(out_cfg, shape, batching, requests[0]->batch_size);
-        out.data = all;
-        out.holder = holder;
-        if (IsOutputRequested(*requests[0], out.name)) responses[0]->outputs.push_back(std::move(out));
-        continue;
-      }
-      // Scatter a batched output back to its requests as views of the one buffer.
-      if (shape.empty() || shape[0] != total_batch) {
-        return absl::InternalError(inferd::StrCat("output '", names[o], "' cannot be split by batch"));
-      }
-      const bool bytes_output = dtype == DataType::kBytes;
-      const size_t per_item = total_batch <= 0 ? 0
-                              : bytes_output   ? (element_offsets.size() - 1) / total_batch
-                                               : all.size() / total_batch;
-      size_t offset = 0;
-      size_t element = 0;  // BYTES: the first element of request r
-      for (size_t r = 0; r < n; ++r) {
-        size_t len = per_item * requests[r]->batch_size;
-        if (bytes_output) {
-          const size_t next = element + len;
-          len = element_offsets[next] - element_offsets[element];
-          element = next;
-        }
-        if (IsOutputRequested(*requests[r], names[o])) {
-          core::OutputTensor out;
-          out.name = names[o];
-          out.datatype = dtype;
-          Shape item_shape = shape;
-          item_shape[0] = requests[r]->batch_size;
-          out.shape = ClientShape(out_cfg, item_shape, batching, requests[r]->batch_size);
-          out.data = all.substr(offset, len);
-          out.holder = holder;
-          responses[r]->outputs.push_back(std::move(out));
-        }
-        offset += len;
-      }
+      auto st = responder.Respond(&config_->output(static_cast<int>(wanted[k])), names[k], dtype,
+                                  info.GetShape(), data, holder);
+      if (!st.ok()) return st;
     }
     return absl::OkStatus();
   }
 
-  static Shape ClientShape(const inference::ModelOutput* cfg, const Shape& runtime_shape,
-                           bool batching, int64_t batch) {
-    if (cfg == nullptr || !cfg->has_reshape()) return runtime_shape;
-    Shape shape;
-    if (batching) shape.push_back(batch);
-    for (int64_t d : cfg->dims()) {
-      if (d < 0) return runtime_shape;  // cannot resolve a variable dim: keep the runtime's
-      shape.push_back(d);
+  // An ONNX Runtime tensor over a gathered batch input: a view of its bytes (the batch buffer or
+  // the request's own), or for BYTES a string tensor holding copies of the elements.
+  absl::StatusOr<Ort::Value> ToOrtValue(const BatchInput& batch) {
+    if (batch.datatype != DataType::kBytes) {
+      return Ort::Value::CreateTensor(memory_info_, const_cast<char*>(batch.data.data()),
+                                      batch.data.size(), batch.shape.data(), batch.shape.size(),
+                                      ToOrt(batch.datatype));
     }
-    return shape;
+    Ort::Value v = Ort::Value::CreateTensor(allocator_, batch.shape.data(), batch.shape.size(),
+                                            ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING);
+    size_t i = 0;
+    auto st = ForEachBytesElement(batch.data, [&](std::string_view e) {
+      char* dst = v.GetResizedStringTensorElementBuffer(i++, e.size());
+      if (!e.empty()) std::memcpy(dst, e.data(), e.size());
+    });
+    if (!st.ok()) return st;
+    return v;
+  }
+
+  // Session::Run with the cancellation seam: CancelExecution may set the terminate flag only
+  // while this runs; the flag is sticky on the RunOptions, so it is cleared before the next.
+  std::vector<Ort::Value> RunSession(const std::vector<const char*>& input_names,
+                                     const std::vector<Ort::Value>& inputs,
+                                     const std::vector<const char*>& output_names) {
+    {
+      inferd::MutexLock lock(&terminate_mu_);
+      running_ = true;
+    }
+    struct Unset {
+      OrtInstance* self;
+      ~Unset() {
+        inferd::MutexLock lock(&self->terminate_mu_);
+        self->running_ = false;
+        if (self->terminated_) self->run_options_.UnsetTerminate();
+        self->terminated_ = false;
+      }
+    } unset{this};
+    return session_->Run(run_options_, input_names.data(), inputs.data(), inputs.size(),
+                         output_names.data(), output_names.size());
   }
 
   const config::ModelConfig* config_;
@@ -401,10 +317,6 @@ class OrtInstance : public ModelInstance {
   // Batch input buffers, one per input, reused by every batch of this instance (Execute runs
   // on one thread at a time, and ONNX Runtime does not keep inputs past Run). They grow to the
   // largest batch seen, at most max_batch_size requests' worth.
-  struct BatchBuffer {
-    std::unique_ptr<char[]> data;
-    size_t capacity = 0;
-  };
   std::vector<BatchBuffer> batch_buffers_;
 };
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "backends/batch_io.h"
 #include "backends/module_backend.h"
 #include "config/model_files.h"
 #include "backends/python/python_stub_process.h"
@@ -414,9 +415,7 @@ class PythonInstance : public ModelInstance {
         inferd::MutexLock lock(&mu_);
         why = last_failure_;
       }
-      for (auto* r : responses) {
-        r->status = absl::UnavailableError(inferd::StrCat(label_, " is not ready: ", why));
-      }
+      FailBatch(responses, absl::UnavailableError(inferd::StrCat(label_, " is not ready: ", why)));
       return;
     }
     uint64_t deadline = 0;
@@ -734,44 +733,11 @@ class PythonInstance : public ModelInstance {
                           std::span<core::InferResponse* const> responses, ExecutionTimes* times,
                           uint64_t deadline) {
     StubProcess* stub = proc->stub.get();
-    std::string& msg = message_;  // reused: its capacity stays
-    msg.clear();
-    {
-      BinWriter w(&msg);
-      w.Put<uint8_t>(kBinExecute);
-      w.Put<uint8_t>(config_.model_transaction_policy().decoupled() ? 1 : 0);
-      w.Put<uint16_t>(static_cast<uint16_t>(requests.size()));
-      uint64_t total = 0;
-      for (const auto* r : requests) {
-        for (const auto& in : r->inputs) total = AlignUp(total + in.data.size());
-      }
-      auto base = stub->Reserve(std::max<uint64_t>(total, 1));
-      if (!base.ok()) return base.status();
-      uint64_t off = 0;
-      for (const auto* r : requests) {
-        w.Str16(r->id);
-        w.Put<uint64_t>(r->timeout_us);
-        w.Str32(r->parameters);
-        w.Put<uint16_t>(static_cast<uint16_t>(r->inputs.size()));
-        w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
-                                                                 : r->outputs.size()));
-        for (const auto& in : r->inputs) {
-          if (!in.data.empty()) std::memcpy(*base + off, in.data.data(), in.data.size());
-          PutTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
-          off = AlignUp(off + in.data.size());
-        }
-        if (r->outputs.empty()) {
-          for (const auto& o : config_.output()) w.Str16(o.name());
-        } else {
-          for (const auto& o : r->outputs) w.Str16(o.name);
-        }
-      }
-    }
+    RETURN_IF_ERROR(WriteExecute(stub, requests, &message_));
     times->input_end_ns = core::NowNs();
-    if (auto st = stub->Send(msg); !st.ok()) return st;
+    RETURN_IF_ERROR(stub->Send(message_));
 
-    std::map<int64_t, std::shared_ptr<BlsCall>> pending;
-    int64_t next_call = 0;
+    ModelCalls calls;
     for (;;) {
       auto reply = stub->Receive(deadline);
       if (!reply.ok()) return reply.status();
@@ -783,82 +749,137 @@ class PythonInstance : public ModelInstance {
       if (!parsed.ok()) return parsed.status();
       const rapidjson::Document& doc = *parsed;
       const std::string_view op = GetString(doc, "op");
-      if (op == "log") {
-        HandleLog(doc);
-      } else if (op == "is_model_ready") {
-        bool ready = false;
-        if (spec_.is_model_ready) {
-          int64_t version = -1;
-          const std::string_view v = GetString(doc, "version");
-          if (!v.empty() && !absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &version)) version = -2;
-          ready = version != -2 &&
-                  spec_.is_model_ready(std::string(GetString(doc, "name")), version > 0 ? version : -1);
-        }
-        RETURN_IF_ERROR(stub->Send(ready ? R"({"op":"ready","ready":true})"
-                                            : R"({"op":"ready","ready":false})"));
-      } else if (op == "bls") {
-        absl::Status error;
-        auto call = StartBls(stub, doc, &error);
-        const bool wait = doc.HasMember("wait") && doc["wait"].IsBool() && doc["wait"].GetBool();
-        if (call == nullptr) {
-          RETURN_IF_ERROR(SendBlsError(stub, error));
-        } else if (wait) {
-          RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
-        } else {
-          const int64_t id = next_call++;
-          pending[id] = std::move(call);
-          RETURN_IF_ERROR(stub->Send(inferd::StrCat(R"({"op":"bls_id","call":)", id, "}")));
-        }
-      } else if (op == "bls_next") {
-        auto it = pending.find(GetInt(doc, "call", -1));
-        if (it == pending.end() || !it->second->decoupled) {
-          RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
-                                                    "this BLS call has no more responses")));
-        } else {
-          bool final = false;
-          std::shared_ptr<BlsCall> call = it->second;
-          RETURN_IF_ERROR(NextBlsResponse(stub, call.get(), deadline, &final));
-          if (final) pending.erase(it);
-        }
-      } else if (op == "bls_wait") {
-        auto it = pending.find(GetInt(doc, "call", -1));
-        if (it == pending.end() || it->second->decoupled) {
-          RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
-                                                    "this BLS call was already awaited")));
-        } else {
-          auto call = std::move(it->second);
-          pending.erase(it);
-          RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
-        }
-      } else if (op == "is_cancelled") {
-        // request.is_cancelled() / the response sender's: the client went away.
-        const int64_t index = GetInt(doc, "request", -1);
-        bool cancelled = false;
-        if (index >= 0 && static_cast<size_t>(index) < requests.size()) {
-          const core::InferRequest& r = *requests[static_cast<size_t>(index)];
-          cancelled = r.IsCancelled() ||
-                      (r.response_sender != nullptr && r.response_sender->IsCancelled());
-        }
-        RETURN_IF_ERROR(stub->Send(cancelled ? R"({"op":"cancelled","cancelled":true})"
-                                             : R"({"op":"cancelled","cancelled":false})"));
-      } else if (op == "send") {
-        RETURN_IF_ERROR(HandleSend(stub, doc, requests));
-        RETURN_IF_ERROR(stub->Send(R"({"op":"ok"})"));
-      } else if (op == "done") {
+      if (op == "done") {
         times->output_start_ns = core::NowNs();
         return CollectResponses(stub, doc, requests, responses);
-      } else if (op == "error") {
+      }
+      if (op == "error") {
         // The stub could not run execute at all (a bug in the message or the model module).
-        for (auto* r : responses) {
-          r->status = absl::InternalError(inferd::StrCat(
-              "Failed to process the request(s) for ", label_, ", message: ",
-              GetString(doc, "message")));
-        }
+        FailBatch(responses, absl::InternalError(inferd::StrCat(
+                                 "Failed to process the request(s) for ", label_,
+                                 ", message: ", GetString(doc, "message"))));
         return absl::OkStatus();
+      }
+      RETURN_IF_ERROR(AnswerModelCall(stub, doc, op, requests, deadline, &calls));
+    }
+  }
+
+  // The execute message (binary): every request's id, timeout, parameters, input descriptors
+  // and requested output names; the input bytes go into the process's region, each request's
+  // tensors at aligned offsets (the model sees each request on its own, as Triton's Python
+  // backend shows them: no batch is gathered). `msg` is reused: its capacity stays.
+  absl::Status WriteExecute(StubProcess* stub, std::span<core::InferRequest* const> requests,
+                            std::string* msg) {
+    msg->clear();
+    BinWriter w(msg);
+    w.Put<uint8_t>(kBinExecute);
+    w.Put<uint8_t>(config_.model_transaction_policy().decoupled() ? 1 : 0);
+    w.Put<uint16_t>(static_cast<uint16_t>(requests.size()));
+    uint64_t total = 0;
+    for (const auto* r : requests) {
+      for (const auto& in : r->inputs) total = AlignUp(total + in.data.size());
+    }
+    auto base = stub->Reserve(std::max<uint64_t>(total, 1));
+    if (!base.ok()) return base.status();
+    uint64_t off = 0;
+    for (const auto* r : requests) {
+      w.Str16(r->id);
+      w.Put<uint64_t>(r->timeout_us);
+      w.Str32(r->parameters);
+      w.Put<uint16_t>(static_cast<uint16_t>(r->inputs.size()));
+      w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
+                                                               : r->outputs.size()));
+      for (const auto& in : r->inputs) {
+        if (!in.data.empty()) std::memcpy(*base + off, in.data.data(), in.data.size());
+        PutTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
+        off = AlignUp(off + in.data.size());
+      }
+      if (r->outputs.empty()) {
+        for (const auto& o : config_.output()) w.Str16(o.name());
       } else {
-        return absl::InternalError(inferd::StrCat("unexpected message '", op, "'"));
+        for (const auto& o : r->outputs) w.Str16(o.name);
       }
     }
+    return absl::OkStatus();
+  }
+
+  // The BLS calls a model started during one execute and has not awaited yet.
+  struct ModelCalls {
+    std::map<int64_t, std::shared_ptr<BlsCall>> pending;
+    int64_t next_call = 0;
+  };
+
+  // Answers a call the model makes into the server while execute() runs: a log line, a
+  // readiness or cancellation check, a BLS call, a decoupled response. A non-OK result means
+  // the process broke the protocol or went away.
+  absl::Status AnswerModelCall(StubProcess* stub, const rapidjson::Document& doc,
+                               std::string_view op, std::span<core::InferRequest* const> requests,
+                               uint64_t deadline, ModelCalls* calls) {
+    if (op == "log") {
+      HandleLog(doc);
+    } else if (op == "is_model_ready") {
+      bool ready = false;
+      if (spec_.is_model_ready) {
+        int64_t version = -1;
+        const std::string_view v = GetString(doc, "version");
+        if (!v.empty() && !absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &version)) version = -2;
+        ready = version != -2 &&
+                spec_.is_model_ready(std::string(GetString(doc, "name")), version > 0 ? version : -1);
+      }
+      RETURN_IF_ERROR(stub->Send(ready ? R"({"op":"ready","ready":true})"
+                                          : R"({"op":"ready","ready":false})"));
+    } else if (op == "bls") {
+      absl::Status error;
+      auto call = StartBls(stub, doc, &error);
+      const bool wait = doc.HasMember("wait") && doc["wait"].IsBool() && doc["wait"].GetBool();
+      if (call == nullptr) {
+        RETURN_IF_ERROR(SendBlsError(stub, error));
+      } else if (wait) {
+        RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
+      } else {
+        const int64_t id = calls->next_call++;
+        calls->pending[id] = std::move(call);
+        RETURN_IF_ERROR(stub->Send(inferd::StrCat(R"({"op":"bls_id","call":)", id, "}")));
+      }
+    } else if (op == "bls_next") {
+      auto it = calls->pending.find(GetInt(doc, "call", -1));
+      if (it == calls->pending.end() || !it->second->decoupled) {
+        RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
+                                                  "this BLS call has no more responses")));
+      } else {
+        bool final = false;
+        std::shared_ptr<BlsCall> call = it->second;
+        RETURN_IF_ERROR(NextBlsResponse(stub, call.get(), deadline, &final));
+        if (final) calls->pending.erase(it);
+      }
+    } else if (op == "bls_wait") {
+      auto it = calls->pending.find(GetInt(doc, "call", -1));
+      if (it == calls->pending.end() || it->second->decoupled) {
+        RETURN_IF_ERROR(SendBlsError(stub, absl::InvalidArgumentError(
+                                                  "this BLS call was already awaited")));
+      } else {
+        auto call = std::move(it->second);
+        calls->pending.erase(it);
+        RETURN_IF_ERROR(FinishBls(stub, call.get(), deadline));
+      }
+    } else if (op == "is_cancelled") {
+      // request.is_cancelled() / the response sender's: the client went away.
+      const int64_t index = GetInt(doc, "request", -1);
+      bool cancelled = false;
+      if (index >= 0 && static_cast<size_t>(index) < requests.size()) {
+        const core::InferRequest& r = *requests[static_cast<size_t>(index)];
+        cancelled = r.IsCancelled() ||
+                    (r.response_sender != nullptr && r.response_sender->IsCancelled());
+      }
+      RETURN_IF_ERROR(stub->Send(cancelled ? R"({"op":"cancelled","cancelled":true})"
+                                           : R"({"op":"cancelled","cancelled":false})"));
+    } else if (op == "send") {
+      RETURN_IF_ERROR(HandleSend(stub, doc, requests));
+      RETURN_IF_ERROR(stub->Send(R"({"op":"ok"})"));
+    } else {
+      return absl::InternalError(inferd::StrCat("unexpected message '", op, "'"));
+    }
+    return absl::OkStatus();
   }
 
   // A response of a decoupled model (get_response_sender().send), during or after execute().
@@ -880,9 +901,7 @@ class PythonInstance : public ModelInstance {
       response = req.response_sender->MakeResponse();
       auto tensors = ReadTensors(stub, doc["outputs"]);
       if (!tensors.ok()) return tensors.status();
-      for (auto& t : *tensors) {
-        if (IsOutputRequested(req, t.name)) response->outputs.push_back(std::move(t));
-      }
+      AddRequestedOutputs(req, *std::move(tensors), response.get());
     }
     absl::Status st = req.response_sender->Send(std::move(response), final);
     if (!st.ok()) {
@@ -896,10 +915,9 @@ class PythonInstance : public ModelInstance {
                                 std::span<core::InferResponse* const> responses) {
     const std::string_view batch_error = GetString(doc, "error");
     if (!batch_error.empty()) {
-      for (auto* r : responses) {
-        r->status = absl::InternalError(inferd::StrCat(
-            "Failed to process the request(s) for ", label_, ", message: ", batch_error));
-      }
+      FailBatch(responses, absl::InternalError(inferd::StrCat(
+                               "Failed to process the request(s) for ", label_,
+                               ", message: ", batch_error)));
       return absl::OkStatus();
     }
     if (config_.model_transaction_policy().decoupled()) return absl::OkStatus();
@@ -919,9 +937,7 @@ class PythonInstance : public ModelInstance {
       if (outs == v.MemberEnd()) continue;
       auto tensors = ReadTensors(stub, outs->value);
       if (!tensors.ok()) return tensors.status();
-      for (auto& t : *tensors) {
-        if (IsOutputRequested(*requests[i], t.name)) resp.outputs.push_back(std::move(t));
-      }
+      AddRequestedOutputs(*requests[i], *std::move(tensors), &resp);
     }
     return absl::OkStatus();
   }
@@ -955,9 +971,7 @@ class PythonInstance : public ModelInstance {
       }
       auto tensors = CopyTensors(stub, std::move(descs));
       if (!tensors.ok()) return tensors.status();
-      for (auto& t : *tensors) {
-        if (IsOutputRequested(*requests[i], t.name)) resp.outputs.push_back(std::move(t));
-      }
+      AddRequestedOutputs(*requests[i], *std::move(tensors), &resp);
     }
     return absl::OkStatus();
   }

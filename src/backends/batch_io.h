@@ -1,0 +1,170 @@
+// The backend toolkit: what every backend that runs a batch as one tensor per input needs
+// between the scheduler's requests and its runtime (Triton's backend-common
+// BackendInputCollector / BackendOutputResponder idea). A backend then only maps a contiguous
+// batch to its runtime's tensors and back:
+//
+//   BatchInputCollector in(requests, batching, &batch_buffers_);
+//   for each config input:  auto batch = in.Gather(cfg);      // one contiguous [B, ...] tensor
+//   ... run ...
+//   BatchOutputResponder out(requests, responses, batching);
+//   for each output:        out.Respond(cfg, name, type, shape, bytes, holder);
+//
+// Gathering concatenates the requests' inputs in request order into a BatchBuffer the instance
+// keeps across batches (no allocation per batch once it has grown to the largest batch); a
+// batch of one request uses the request's own bytes (no copy). Responding slices a batch output
+// back to each request by its batch size, as views of the one output buffer, and only to the
+// requests that asked for that output. BYTES tensors use the wire layout everywhere: each
+// element is a 4-byte little-endian length followed by its bytes.
+//
+// Memory placement: everything is host memory today. The GPU issue's copies go where
+// `MemoryPlacement` is taken (the gather's destination, the responder's source): a device
+// destination gathers into a pinned host buffer and copies it to the device on the instance's
+// stream; a device source copies each request's slice back to host memory for the response.
+//
+// Thread safety: none. A collector, a responder and a BatchBuffer belong to one Execute call
+// (a BatchBuffer to one instance, whose Execute runs on one thread at a time).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/data_type.h"
+#include "config/model_config_util.h"
+#include "core/infer_request.h"
+
+namespace inferd::backends {
+
+// Where a batch tensor's bytes live (Triton's TRITONSERVER_MemoryType and its type id).
+// Only kHost exists today; the collector and responder refuse nothing else yet because nothing
+// else can be named.
+struct MemoryPlacement {
+  enum class Kind { kHost };
+  Kind kind = Kind::kHost;
+  int device_id = 0;  // the GPU's id once Kind has a device kind
+};
+
+// A contiguous host buffer kept by one instance across batches. Grows to the largest size asked
+// for and never shrinks, so batches of a size already seen allocate nothing. Contents are not
+// kept across Reserve calls that grow it.
+class BatchBuffer {
+ public:
+  // At least `bytes` writable bytes, valid until the next Reserve that grows the buffer.
+  char* Reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+  // How many times the buffer allocated (tests check that a repeated batch reuses it).
+  int allocations() const { return allocations_; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0;
+  int allocations_ = 0;
+};
+
+// One input of a batch as a single tensor: every request's tensor for it, in request order.
+struct BatchInput {
+  std::string_view name;
+  DataType datatype = DataType::kInvalid;
+  // The shape the runtime runs with: the first request's (its `reshape` applied), with the batch
+  // dimension summed over the requests when the batch has several.
+  Shape shape;
+  // Every request's bytes, one after the other (BYTES: the serialized elements). Points into
+  // the request itself for a batch of one request, else into the collector's BatchBuffer; valid
+  // until the batch's next Gather into the same buffer (the next batch), or the requests'
+  // destruction. The memory a runtime's input tensors view: an output aliasing it must be
+  // copied before it outlives the batch.
+  std::string_view data;
+};
+
+// Gathers the inputs of one batch. Does not own the requests or the buffers.
+class BatchInputCollector {
+ public:
+  // `batching`: the model's max_batch_size > 0 (requests then carry a batch dimension, which
+  // gathering sums). `buffers`: the instance's reusable buffers, one used per gathered input
+  // that needs a copy (grown on demand); kept by the caller across batches.
+  BatchInputCollector(std::span<core::InferRequest* const> requests, bool batching,
+                      std::vector<BatchBuffer>* buffers);
+
+  // The sum of the requests' batch sizes.
+  int64_t total_batch() const { return total_batch_; }
+
+  // Gathers config input `cfg`. NOT_FOUND when the first request leaves the input out (an
+  // optional input): the caller skips it. INVALID_ARGUMENT naming the input and the request
+  // when a later request lacks it, has another datatype or other non-batch dims, or sends a
+  // number of bytes (or BYTES elements) its shape does not hold.
+  //
+  // `destination`: where the runtime wants the batch. Host only today; a device destination
+  // will gather into a pinned buffer and copy it to the device here (the GPU issue).
+  absl::StatusOr<BatchInput> Gather(const inference::ModelInput& cfg,
+                                    MemoryPlacement destination = {});
+
+ private:
+  std::span<core::InferRequest* const> requests_;
+  const bool batching_;
+  std::vector<BatchBuffer>* buffers_;
+  size_t next_buffer_ = 0;  // buffers_ used by this batch so far
+  int64_t total_batch_ = 0;
+};
+
+// Slices the outputs of one batch back to its requests. Does not own the requests or responses.
+class BatchOutputResponder {
+ public:
+  BatchOutputResponder(std::span<core::InferRequest* const> requests,
+                       std::span<core::InferResponse* const> responses, bool batching);
+
+  // True when some request of the batch asked for output `name` (none named means all): the
+  // outputs worth asking the runtime for.
+  bool AnyRequested(std::string_view name) const;
+
+  // Hands output `name` of the batch, `data` in `shape` (the runtime's [total_batch, ...] when
+  // the batch has several requests), to every request that asked for it: request r gets its
+  // batch_size rows as a view of `data`, kept alive by `holder`. BYTES data is serialized
+  // (4-byte length + bytes per element) and split at element boundaries. `cfg` (may be null)
+  // gives the output's `reshape`: the client then sees the config's dims. INTERNAL, naming the
+  // output, when the batch output does not split by batch (its first dimension is not the
+  // total batch, or its bytes do not hold its shape).
+  //
+  // `source`: where `data` lives. Host only today; a device source will copy each request's
+  // slice to host memory here (the GPU issue).
+  absl::Status Respond(const inference::ModelOutput* cfg, std::string_view name,
+                       DataType datatype, const Shape& shape, std::string_view data,
+                       std::shared_ptr<const void> holder, MemoryPlacement source = {});
+
+ private:
+  // The shape request r's client sees for a runtime shape whose batch dimension is `batch`.
+  Shape ClientShape(const inference::ModelOutput* cfg, const Shape& runtime_shape,
+                    int64_t batch) const;
+
+  std::span<core::InferRequest* const> requests_;
+  std::span<core::InferResponse* const> responses_;
+  const bool batching_;
+  int64_t total_batch_ = 0;
+};
+
+// Appends to `response` the tensors of `outputs` its request asked for (all when it named none):
+// output filtering for a backend that produces each request's outputs on its own (the Python
+// backend's model, DALI's pipeline, identity) rather than one batch output to slice.
+void AddRequestedOutputs(const core::InferRequest& request,
+                         std::vector<core::OutputTensor> outputs, core::InferResponse* response);
+
+// ---- BYTES elements (4-byte little-endian length + bytes each) ----
+
+// Appends one element to a serialized BYTES buffer.
+void AppendBytesElement(std::string_view element, std::string* buffer);
+
+// The number of elements in a serialized BYTES buffer; INVALID_ARGUMENT when it is not well
+// formed (a truncated length or element).
+absl::StatusOr<size_t> CountBytesElements(std::string_view buffer);
+
+// The byte offset where each element starts, and the buffer's size last (count + 1 entries), so
+// elements [i, j) are buffer.substr(offsets[i], offsets[j] - offsets[i]).
+absl::StatusOr<std::vector<size_t>> BytesElementOffsets(std::string_view buffer);
+
+}  // namespace inferd::backends
