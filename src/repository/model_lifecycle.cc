@@ -95,16 +95,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::string_view ModelStateName(ModelState state) {
-  switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
-  }
-  return "UNKNOWN";
-}
-
 absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
   const fs::path root(root_str);
   std::error_code ec;
@@ -146,7 +136,7 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
       for (const auto& [name, e] : entries_) {
         if (e.dir != entry && e.dir.compare(0, below.size(), below) != 0) continue;
         for (const auto& [v, slot] : e.versions) {
-          if (slot.model != nullptr || slot.state == ModelState::kLoading) return true;
+          if (slot.model != nullptr || slot.state.state() == ModelState::kLoading) return true;
         }
       }
       return false;
@@ -451,6 +441,12 @@ absl::Status ModelLifecycle::LoadOne(const std::string& name, const std::string&
 
 // ---- the load of one model -------------------------------------------------------------------
 
+ModelLifecycle::VersionSlot ModelLifecycle::NewSlot(const std::string& name, int64_t version) {
+  VersionSlot slot;
+  slot.state.set_what(StrCat("model '", name, "' version ", version));
+  return slot;
+}
+
 absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::string& dir,
                                          const std::optional<config::ModelConfig>& override_config,
                                          LoadContext& ctx) {
@@ -543,7 +539,9 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     Entry& e = entries_[name];
     e.dir = dir;
     for (int64_t v : wanted) {
-      if (!e.versions.count(v)) e.versions[v].state = ModelState::kLoading;
+      // A new slot starts LOADING; a version already known keeps its state (and serves, when
+      // READY) until the swap below.
+      if (!e.versions.count(v)) e.versions.emplace(v, NewSlot(name, v));
     }
     if (e.fingerprint == fingerprint) measured_before = e.measured;
   }
@@ -554,7 +552,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
   absl::Status first_error;
   const bool serialize = budget && !options_.footprint_from_disk;
   for (int64_t v : wanted) {
-    VersionSlot slot;
+    VersionSlot slot = NewSlot(name, v);
     absl::StatusOr<std::shared_ptr<Model>> model;
     int64_t grown = 0;
     const auto version_start = std::chrono::steady_clock::now();
@@ -580,7 +578,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       instantiating_.fetch_sub(1);
     }
     if (model.ok()) {
-      slot.state = ModelState::kReady;
+      (void)slot.state.TransitionTo(ModelState::kReady);
       slot.footprint = options_.footprint_from_disk
                            ? on_disk[v]
                            : std::max({grown, on_disk[v], measured_before[v]});
@@ -591,8 +589,8 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       LOG_INFO << "successfully loaded '" << cfg->name() << "' version " << v << " in "
                << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
     } else {
-      slot.state = ModelState::kUnavailable;
-      slot.reason = std::string(model.status().message());
+      (void)slot.state.TransitionTo(ModelState::kUnavailable,
+                                    std::string(model.status().message()));
       LOG_ERROR << "failed to load model '" << name << "' version " << v << ": "
                 << model.status().message();
       if (first_error.ok()) first_error = model.status();
@@ -600,7 +598,9 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     fresh[v] = std::move(slot);
   }
   for (auto& [v, reason] : missing) {
-    fresh[v] = VersionSlot{ModelState::kUnavailable, reason, nullptr, 0};
+    VersionSlot slot = NewSlot(name, v);
+    (void)slot.state.TransitionTo(ModelState::kUnavailable, reason);
+    fresh[v] = std::move(slot);
     if (first_error.ok()) first_error = absl::NotFoundError(reason);
   }
 
@@ -615,22 +615,26 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
     // spontaneous unloading"); the failure is its reason in the index.
     for (auto& [v, slot] : fresh) {
       auto old = e.versions.find(v);
-      if (slot.state != ModelState::kReady && old != e.versions.end() && old->second.model) {
-        old->second.state = ModelState::kReady;
-        old->second.reason = StrCat("reload failed, the previous load keeps serving: ", slot.reason);
+      if (!slot.state.ready() && old != e.versions.end() && old->second.model) {
+        // A slot with a model is READY: it stays so, with the failure as its reason.
+        old->second.state.set_reason(
+            StrCat("reload failed, the previous load keeps serving: ", slot.state.reason()));
         slot = std::move(old->second);
       }
     }
     for (auto& [v, slot] : e.versions) {
       if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
+        // Replaced by the new load (or no longer wanted): out of service, freed below.
+        (void)slot.state.TransitionTo(ModelState::kUnloading);
         retired.push_back(std::move(slot.model));
+        (void)slot.state.TransitionTo(ModelState::kUnavailable);
       }
     }
     e.versions = std::move(fresh);
     bool any_ready = false;
     for (const auto& [v, slot] : e.versions) {
       total_footprint += slot.footprint;
-      any_ready |= slot.state == ModelState::kReady;
+      any_ready |= slot.state.ready();
     }
     if (e.fingerprint != fingerprint) e.measured.clear();
     for (const auto& [v, slot] : e.versions) {
@@ -1370,11 +1374,23 @@ void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reas
       retiring_[slot.model.get()] += slot.footprint;
       retiring_bytes_ += slot.footprint;
     }
+    switch (slot.state.state()) {
+      case ModelState::kReady:
+        (void)slot.state.TransitionTo(ModelState::kUnloading);
+        break;
+      case ModelState::kUnavailable:
+        // Already out of service: only the reason changes (a failed or unloaded version).
+        slot.state.set_reason(std::string(reason));
+        break;
+      default:
+        break;
+    }
     if (slot.model) retired->push_back(std::move(slot.model));
     slot.model = nullptr;
     slot.footprint = 0;
-    slot.state = ModelState::kUnavailable;
-    slot.reason = std::string(reason);
+    if (slot.state.state() != ModelState::kUnavailable) {
+      (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(reason));
+    }
   }
   policy_->OnUnloaded(name);
   for (const auto& p : it->second.parts) {
@@ -1542,7 +1558,7 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
     auto it = entries_.find(name);
     bool ready = false;
     if (it != entries_.end()) {
-      for (const auto& [v, slot] : it->second.versions) ready |= slot.state == ModelState::kReady;
+      for (const auto& [v, slot] : it->second.versions) ready |= slot.state.ready();
     }
     const uint64_t now = core::NowNs();
     // One name, one source: a request that names another source than the one `name` was
@@ -1907,13 +1923,13 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_
   };
   if (version < 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.state == ModelState::kReady) {
+      if (v->second.state.ready()) {
         used();
         return v->second.model;
       }
     }
     std::string reason = it->second.reason;
-    if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.reason;
+    if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.state.reason();
     if (reason == kUnloadedReason) {
       return absl::NotFoundError(inferd::StrCat("model '", name, "' is not loaded (unloaded)"));
     }
@@ -1925,11 +1941,12 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_
     return absl::NotFoundError(
         inferd::StrCat("unknown version ", version, " of model '", name, "'"));
   }
-  if (v->second.state != ModelState::kReady) {
+  if (!v->second.state.ready()) {
+    const VersionState& state = v->second.state;
     return absl::UnavailableError(inferd::StrCat("model '", name, "' version ", version, " is ",
-                                                 ModelStateName(v->second.state),
-                                                 v->second.reason.empty() ? "" : ": ",
-                                                 v->second.reason));
+                                                 ModelStateName(state.state()),
+                                                 state.reason().empty() ? "" : ": ",
+                                                 state.reason()));
   }
   used();
   return v->second.model;
@@ -1944,7 +1961,7 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
   auto it = entries_.find(*key);
   if (it == entries_.end()) return out;
   for (const auto& [v, slot] : it->second.versions) {
-    if (slot.state == ModelState::kReady) out.push_back(slot.model);
+    if (slot.state.ready()) out.push_back(slot.model);
   }
   return out;
 }
@@ -1978,20 +1995,20 @@ std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
   for (const auto& [name, entry] : entries_) {
     if (entry.failed && !ready_only) {
       bool serving = false;
-      for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+      for (const auto& [v, slot] : entry.versions) serving |= slot.state.ready();
       if (!serving) {
         out.push_back({PlainName(name), "", "UNAVAILABLE", entry.reason});
         continue;
       }
     }
     for (const auto& [v, slot] : entry.versions) {
-      if (ready_only && slot.state != ModelState::kReady) continue;
-      std::string reason = slot.reason;
-      if (entry.failed && slot.state == ModelState::kReady) {
+      if (ready_only && !slot.state.ready()) continue;
+      std::string reason = slot.state.reason();
+      if (entry.failed && slot.state.ready()) {
         reason = StrCat("reload failed, the previous load keeps serving: ", entry.reason);
       }
       // A namespaced copy is listed under its own name, as Triton's index does.
-      out.push_back({PlainName(name), inferd::StrCat(v), std::string(ModelStateName(slot.state)),
+      out.push_back({PlainName(name), inferd::StrCat(v), std::string(ModelStateName(slot.state.state())),
                      reason});
     }
   }
@@ -2014,10 +2031,10 @@ bool ModelLifecycle::AllReady() const {
   for (const auto& [name, entry] : entries_) {
     if (entry.residency != Residency::kPinned) continue;  // on demand: they come and go
     bool serving = false;
-    for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+    for (const auto& [v, slot] : entry.versions) serving |= slot.state.ready();
     if (entry.failed && !serving) return false;
     for (const auto& [v, slot] : entry.versions) {
-      if (slot.state != ModelState::kReady && slot.reason != kUnloadedReason) return false;
+      if (!slot.state.ready() && slot.state.reason() != kUnloadedReason) return false;
     }
   }
   return true;
@@ -2028,7 +2045,7 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     for (const auto& [v, slot] : entry.versions) {
-      if (slot.state == ModelState::kReady) out.push_back(slot.model);
+      if (slot.state.ready()) out.push_back(slot.model);
     }
   }
   return out;

@@ -4,7 +4,8 @@
 // mode), and one memory budget over every loaded model with an eviction policy.
 //
 // States of a version: LOADING -> READY -> UNLOADING -> UNAVAILABLE, and LOADING ->
-// UNAVAILABLE with a reason when the load fails. A model whose config does not parse has no
+// UNAVAILABLE with a reason when the load fails (VersionState, version_state.h, holds the
+// table of legal transitions and refuses any other). A model whose config does not parse has no
 // versions and is UNAVAILABLE with the parse error as its reason. A reload that fails leaves
 // the versions that were serving in place (READY, with the failure as their reason).
 //
@@ -46,6 +47,7 @@
 #include "repository/eviction_policy.h"
 #include "repository/model.h"
 #include "repository/source.h"
+#include "repository/version_state.h"
 
 namespace inferd::repository {
 
@@ -53,8 +55,6 @@ namespace inferd::repository {
 // control characters, valid UTF-8. Errors are InvalidArgument and quote the name.
 absl::Status ValidateModelName(std::string_view name);
 
-enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
-std::string_view ModelStateName(ModelState state);
 
 struct IndexEntry {
   std::string name;
@@ -189,11 +189,12 @@ class ModelLifecycle {
  private:
   enum class Residency { kPinned, kEvictable, kPart };
   struct VersionSlot {
-    ModelState state = ModelState::kLoading;
-    std::string reason;
-    std::shared_ptr<const Model> model;
+    VersionState state;  // its reason is the index's
+    std::shared_ptr<const Model> model;  // set while READY
     int64_t footprint = 0;
   };
+  // A slot for a version whose load begins (LOADING).
+  static VersionSlot NewSlot(const std::string& name, int64_t version);
   // How often and how recently a model is used; shared with Get's callers without the lock.
   struct Usage {
     std::atomic<uint64_t> uses{0};
