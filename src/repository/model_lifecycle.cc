@@ -124,8 +124,11 @@ absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
 }
 
 ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
-    : options_(std::move(options)), backends_(backends) {
-  policy_ = options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy();
+    : options_(std::move(options)),
+      backends_(backends),
+      budget_(options_.memory_budget_bytes,
+              options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy(),
+              options_.load_wait) {
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
   reaper_ = std::thread([this] { ReapWaiters(); });
   if (options_.sources.cache_cap) {
@@ -609,7 +612,6 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
   const double seconds = SecondsSince(start);
   {
     inferd::MutexLock lock(&mu_);
-    if (budget) reserved_bytes_ -= estimate;
     Entry& e = entries_[name];
     // A version that failed to reload keeps serving its old instance (TF Serving's "no
     // spontaneous unloading"); the failure is its reason in the index.
@@ -636,6 +638,8 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       total_footprint += slot.footprint;
       any_ready |= slot.state.ready();
     }
+    // The measured footprint replaces the reservation, in one step.
+    budget_.Settle(name, total_footprint, budget ? estimate : 0);
     if (e.fingerprint != fingerprint) e.measured.clear();
     for (const auto& [v, slot] : e.versions) {
       if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
@@ -645,12 +649,11 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
       if (!options_.footprint_from_disk) {
         for (const auto& [v, slot] : e.versions) {
           if (slot.model && on_disk.count(v)) {
-            overhead_bytes_ = std::max(overhead_bytes_, slot.footprint - on_disk[v]);
+            budget_.NoteOverhead(slot.footprint - on_disk[v]);
           }
         }
       }
     }
-    if (budget) room_cv_.SignalAll();
     e.failed = false;
     e.reason.clear();
     e.fingerprint = fingerprint;
@@ -673,7 +676,7 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
           for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
         }
       }
-      policy_->OnLoaded(name, total_footprint, seconds);
+      budget_.OnLoaded(name, total_footprint, seconds);
     }
   }
   FreeRetired(&retired);  // the versions this load replaced
@@ -1348,32 +1351,23 @@ absl::Status ModelLifecycle::Forget(const std::string& name) {
 
 void ModelLifecycle::FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
   if (retired->empty()) return;
-  std::vector<const Model*> freed;
+  std::vector<const void*> freed;
   for (const auto& m : *retired) freed.push_back(m.get());
   retired->clear();
   ReleaseFreeMemory();
   // Only now is their memory back: until here the budget still counted it, so a load on
   // another thread did not start in the room an eviction was still making.
-  inferd::MutexLock lock(&mu_);
-  for (const Model* m : freed) {
-    if (auto it = retiring_.find(m); it != retiring_.end()) {
-      retiring_bytes_ -= it->second;
-      retiring_.erase(it);
-    }
-  }
-  room_cv_.SignalAll();
+  budget_.Freed(freed);
 }
 
 void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reason,
                                   std::vector<std::shared_ptr<const Model>>* retired) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
+  // Counted against the budget until FreeRetired has freed them.
+  std::vector<std::pair<const void*, int64_t>> leaving;
   for (auto& [v, slot] : it->second.versions) {
-    if (slot.model && slot.footprint > 0) {
-      // Counted against the budget until FreeRetired has freed it.
-      retiring_[slot.model.get()] += slot.footprint;
-      retiring_bytes_ += slot.footprint;
-    }
+    if (slot.model && slot.footprint > 0) leaving.emplace_back(slot.model.get(), slot.footprint);
     switch (slot.state.state()) {
       case ModelState::kReady:
         (void)slot.state.TransitionTo(ModelState::kUnloading);
@@ -1392,7 +1386,7 @@ void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reas
       (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(reason));
     }
   }
-  policy_->OnUnloaded(name);
+  budget_.Retire(name, leaving);
   for (const auto& p : it->second.parts) {
     if (p != name && !SharedPartLocked(p, name)) RetireLocked(p, reason, retired);
   }
@@ -1413,6 +1407,7 @@ void ModelLifecycle::UnloadAll() {
   {
     inferd::MutexLock lock(&mu_);
     retired.swap(entries_);
+    budget_.ClearSettled();
   }
   retired.clear();
 }
@@ -1724,14 +1719,6 @@ void ModelLifecycle::ReapWaiters() {
 
 // ---- the memory budget -----------------------------------------------------------------------
 
-int64_t ModelLifecycle::ResidentBytesLocked() const {
-  int64_t total = reserved_bytes_ + retiring_bytes_;
-  for (const auto& [name, e] : entries_) {
-    for (const auto& [v, slot] : e.versions) total += slot.footprint;
-  }
-  return total;
-}
-
 bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
   // Not while loading, nor while the requests that waited for its load look it up.
   if (e.residency != Residency::kEvictable || loading_.count(name) || pending_.count(name)) {
@@ -1755,107 +1742,74 @@ bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) co
 }
 
 int64_t ModelLifecycle::EstimateFootprintLocked(const Entry& e, int64_t on_disk) const {
-  int64_t estimate = std::max(on_disk, e.last_footprint);
-  if (e.last_footprint == 0 && !options_.footprint_from_disk) estimate = on_disk + overhead_bytes_;
-  return estimate;
+  return budget_.Estimate(e.last_footprint, on_disk, options_.footprint_from_disk);
+}
+
+MemoryBudget::Models ModelLifecycle::BudgetModelsLocked() {
+  MemoryBudget::Models models;
+  // How each model has been used since the budget's policy last looked (requests only bump two
+  // atomics), least recently used first so recency stays in order.
+  std::vector<std::pair<uint64_t, RequestCount>> used;
+  for (const auto& [n, e] : entries_) {
+    const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
+    if (uses > 0) used.push_back({e.usage->last_used_ns.load(), RequestCount{n, uses}});
+    if (e.residency == Residency::kEvictable) models.evictable.insert(n);
+    const bool idle = EvictableLocked(n, e);
+    if (idle) models.idle.insert(n);
+    models.why[n] = e.residency == Residency::kPinned ? "pinned"
+                    : e.residency == Residency::kPart ? "ensemble part"
+                    : idle                            ? "idle"
+                                                      : "in use";
+  }
+  std::sort(used.begin(), used.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  models.used.reserve(used.size());
+  for (auto& [last, c] : used) models.used.push_back(std::move(c));
+  return models;
 }
 
 absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, int64_t at_least,
                                       absl::Time deadline, int64_t* reserved) {
-  const int64_t budget = options_.memory_budget_bytes;
   for (;;) {
-    std::vector<std::shared_ptr<const Model>> retired;
-    std::vector<std::string> victims;
+    MemoryBudget::Models models;
+    bool stopping;
     {
       inferd::MutexLock lock(&mu_);
-      // What is never evicted (pinned models, ensemble parts, this model's own versions): an
-      // estimate larger than the rest of the budget is cut to it (the load then shows what it
-      // really needs), and a model whose sure minimum does not fit is refused at once.
-      int64_t fixed = 0;
-      for (const auto& [n, e] : entries_) {
-        if (e.residency == Residency::kEvictable && n != name) continue;
-        for (const auto& [v, slot] : e.versions) fixed += slot.footprint;
-      }
-      if (needed > budget - fixed) needed = std::max<int64_t>(at_least, budget - fixed);
-      const int64_t resident = ResidentBytesLocked();
-      if (resident + needed <= budget) {
-        if (reserved != nullptr) {
-          reserved_bytes_ += needed;
-          *reserved = needed;
-        }
-        return absl::OkStatus();
-      }
-      // The policy sees how each model has been used since it last looked (requests only
-      // bump two atomics), least recently used first so recency stays in order.
-      std::vector<std::pair<uint64_t, RequestCount>> used;
-      for (const auto& [n, e] : entries_) {
-        const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
-        if (uses > 0) used.push_back({e.usage->last_used_ns.load(), RequestCount{n, uses}});
-      }
-      std::sort(used.begin(), used.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      std::vector<RequestCount> counts;
-      counts.reserve(used.size());
-      for (auto& [last, c] : used) counts.push_back(std::move(c));
-      if (!counts.empty()) policy_->OnUsedBatch(counts);
-      auto evictable = [this, &name](const std::string& n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (n == name) return false;
-        auto it = entries_.find(n);
-        return it != entries_.end() && EvictableLocked(n, it->second);
-      };
-      auto chosen = policy_->ChooseVictims(needed, resident, budget, evictable);
-      if (chosen.ok()) victims = *std::move(chosen);
-      if (!chosen.ok() || victims.empty()) {
-        std::vector<std::string> held;
-        for (const auto& [n, e] : entries_) {
-          int64_t bytes = 0;
-          for (const auto& [v, slot] : e.versions) bytes += slot.footprint;
-          if (bytes > 0) {
-            const char* why = e.residency == Residency::kPinned ? "pinned"
-                              : e.residency == Residency::kPart ? "ensemble part"
-                              : EvictableLocked(n, e)           ? "idle"
-                                                                : "in use";
-            held.push_back(StrCat(n, " ", bytes, " (", why, ")"));
-          }
-        }
-        int64_t wants = needed;
-        if (wants == 0) {  // the check after a load: the model's measured footprint
-          if (auto it = entries_.find(name); it != entries_.end()) {
-            for (const auto& [v, slot] : it->second.versions) wants += slot.footprint;
-          }
-        }
-        // Room comes back when requests in flight end (their models become evictable) and
-        // other loads settle their reservations: wait for it, up to the load-wait limit. A
-        // model leaves "in use" without telling the store, hence the bounded re-check.
-        const bool forever = fixed + at_least > budget;
-        const absl::Time now = absl::Now();
-        if (!forever && !stopping_ && now < deadline) {
-          room_cv_.WaitWithTimeout(&mu_, std::min(absl::Milliseconds(20), deadline - now));
-          continue;
-        }
-        if (!forever) {
-          return absl::UnavailableError(StrCat(
-              "model '", name, "' needs about ", wants, " bytes and the memory budget ",
-              "(--model-memory-budget) of ", budget, " bytes stayed full for ",
-              absl::FormatDuration(options_.load_wait), " (--model-load-wait-secs): ",
-              StrJoin(held, ", "), "; retry later"));
-        }
-        return absl::ResourceExhaustedError(StrCat(
-            "model '", name, "' needs about ", wants, " bytes but the memory budget (",
-            "--model-memory-budget) is ", budget, " bytes and ", resident,
-            " are resident or reserved, none of it evictable: ",
-            held.empty() ? std::string("no model is loaded") : StrJoin(held, ", ")));
-      }
-      for (const auto& v : victims) {
-        auto it = entries_.find(v);
-        if (it == entries_.end() || !EvictableLocked(v, it->second)) continue;
-        RetireLocked(v, StrCat("evicted to make room for '", name, "' under the memory budget"),
-                     &retired);
-        ++counters_.evictions;
-        LOG_INFO << "evicted idle model '" << v << "' to make room for '" << name << "'";
-      }
+      stopping = stopping_;
+      models = BudgetModelsLocked();
     }
-    FreeRetired(&retired);
+    MemoryBudget::Room room =
+        budget_.TryReserve(name, needed, at_least, reserved != nullptr, models);
+    if (room.fits) {
+      if (reserved != nullptr) *reserved = room.reserved;
+      return absl::OkStatus();
+    }
+    if (!room.victims.empty()) {
+      std::vector<std::shared_ptr<const Model>> retired;
+      {
+        inferd::MutexLock lock(&mu_);
+        for (const auto& v : room.victims) {
+          // A victim that became busy since is kept; the budget is asked again.
+          auto it = entries_.find(v);
+          if (it == entries_.end() || !EvictableLocked(v, it->second)) continue;
+          RetireLocked(v, StrCat("evicted to make room for '", name, "' under the memory budget"),
+                       &retired);
+          ++counters_.evictions;
+          LOG_INFO << "evicted idle model '" << v << "' to make room for '" << name << "'";
+        }
+      }
+      FreeRetired(&retired);
+      continue;
+    }
+    // Full for now: room comes back when requests in flight end (their models become
+    // evictable) and other loads settle their reservations. Wait for it, up to the load-wait
+    // limit; a model leaves "in use" without telling the budget, hence the bounded re-check.
+    const absl::Time now = absl::Now();
+    if (!room.forever && !stopping && now < deadline) {
+      budget_.WaitForChange(room.generation, std::min(absl::Milliseconds(20), deadline - now));
+      continue;
+    }
+    return room.status;
   }
 }
 

@@ -45,6 +45,7 @@
 #include "core/cancellation.h"
 #include "metrics/prometheus.h"
 #include "repository/eviction_policy.h"
+#include "repository/memory_budget.h"
 #include "repository/model.h"
 #include "repository/source.h"
 #include "repository/version_state.h"
@@ -330,8 +331,8 @@ class ModelLifecycle {
   static void Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status);
   void ReapWaiters();
 
-  // Memory budget. Makes room for `needed` more bytes under the budget by evicting, and (with
-  // `reserved`) holds them in reserved_bytes_ until the caller releases them. While the budget
+  // Memory budget. Makes room for `needed` more bytes under the budget (budget_) by evicting
+  // the victims it names, and (with `reserved`) holds them there until the load settles. While the budget
   // is full only for now (models in use, other loads' reservations), waits for room until
   // `deadline` (the load-wait limit) and then answers UNAVAILABLE: a full budget, not a broken
   // model. RESOURCE_EXHAUSTED when `at_least` bytes more could never fit (pinned models and
@@ -343,7 +344,8 @@ class ModelLifecycle {
   // size on disk plus the largest overhead (footprint minus size on disk) measured so far.
   int64_t EstimateFootprintLocked(const Entry& e, int64_t on_disk) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the budget needs to know of the models to make room (and counts their uses as seen).
+  MemoryBudget::Models BudgetModelsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const std::string& name, const Entry& e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a loaded entry other than `leaving` lists `part` among its parts.
@@ -364,7 +366,8 @@ class ModelLifecycle {
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
   std::vector<std::unique_ptr<Source>> sources_;
-  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  // The memory budget and the eviction policy (its mutex is a leaf: called under mu_ too).
+  MemoryBudget budget_;
 
   inferd::Mutex pass_mu_;     // one LoadAll / Poll pass at a time
   // Poll mode: each listed model's fingerprint at the previous poll. A new or changed model
@@ -383,14 +386,6 @@ class ModelLifecycle {
   // Names no repository held, and when that was seen: a storm of requests for unknown names
   // does not become a storm of repository listings.
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
-  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Versions retired but not yet freed (FreeRetired), and their footprints: still resident.
-  std::map<const Model*, int64_t> retiring_ ABSL_GUARDED_BY(mu_);
-  int64_t retiring_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // The largest measured footprint minus size on disk (a backend's per-model overhead).
-  int64_t overhead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Signalled when budget room may have appeared (a load done, an unload, an eviction).
-  inferd::CondVar room_cv_;
   mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> hits_{0};
 
