@@ -128,9 +128,9 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
       backends_(backends),
       budget_(options_.memory_budget_bytes,
               options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy(),
-              options_.load_wait) {
+              options_.load_wait),
+      waiters_(options_.load_wait) {
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
-  reaper_ = std::thread([this] { ReapWaiters(); });
   if (options_.sources.cache_cap) {
     // The cache keeps what a loaded or loading model uses (a version loaded, or being loaded).
     options_.sources.cache_cap->SetInUse([this](const std::string& entry) {
@@ -155,19 +155,13 @@ void ModelLifecycle::Shutdown() {
     if (stopping_) return;
     stopping_ = true;
   }
-  reaper_cv_.SignalAll();
-  if (reaper_.joinable()) reaper_.join();
+  waiters_.StopReaper();
   // Finishes the loads already queued (their waiters are answered); WhenAvailable starts no
   // more once stopping_ is set.
   loader_->Stop();
   UnloadAll();
   // Anyone still waiting (a load that never finished) is answered now.
-  std::vector<std::shared_ptr<Waiter>> left;
-  {
-    inferd::MutexLock lock(&mu_);
-    left.swap(timed_);
-  }
-  for (auto& w : left) Fire(w, absl::UnavailableError("the server is shutting down"));
+  waiters_.FireAll(absl::UnavailableError("the server is shutting down"));
 }
 
 absl::Status ModelLifecycle::Open() {
@@ -1506,14 +1500,6 @@ void ModelLifecycle::Poll() {
 
 // ---- on demand -------------------------------------------------------------------------------
 
-void ModelLifecycle::Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status) {
-  if (w->fired.exchange(true)) return;
-  // Never under mu_ (the listener takes it). Cleared before `then`, which hands the request on
-  // to a holder that installs its own listener.
-  if (w->cancel) w->cancel->ClearListener();
-  w->then(status);
-}
-
 void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                                    const std::string& source_name) {
   WhenAvailableImpl(name, std::move(then), source_name, WaitLimits{});
@@ -1527,25 +1513,11 @@ void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(a
 void ModelLifecycle::WhenAvailableImpl(const std::string& name,
                                        std::function<void(absl::Status)> then,
                                        const std::string& source_name, const WaitLimits& limits) {
-  auto waiter = std::make_shared<Waiter>();
-  waiter->then = std::move(then);
-  waiter->name = name;
-  waiter->request_deadline_ns = limits.deadline_ns;
-  if (limits.cancel) {
-    // Installed before the waiter can fire (Fire clears it), never under mu_: a cancellation
-    // wakes the reaper, which answers the waiter.
-    waiter->cancel = limits.cancel;
-    waiter->cancel->SetListener([this, weak = std::weak_ptr<Waiter>(waiter)] {
-      auto w = weak.lock();
-      if (!w || w->fired.load()) return;
-      inferd::MutexLock lock(&mu_);
-      reaper_cv_.SignalAll();
-    });
-  }
+  auto waiter = waiters_.NewWaiter(name, std::move(then),
+                                   LoadWaiters::Limits{limits.cancel, limits.deadline_ns});
   bool wait = false;
-  bool start = false;
-  bool stopping = false;
   bool submit_failed = false;
+  bool stopping = false;
   absl::Status conflict;
   if (ValidateModelName(name).ok()) {
     inferd::MutexLock lock(&mu_);
@@ -1564,9 +1536,9 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
       if (it != entries_.end() && it->second.bound && it->second.origin &&
           it->second.origin->url.empty() && it->second.origin->source_name != source_name) {
         bound_to = it->second.origin->source_name;
-      } else if (auto p = pending_.find(name);
-                 p != pending_.end() && p->second->source_name != source_name) {
-        bound_to = p->second->source_name.empty() ? name : p->second->source_name;
+      } else if (auto pending = waiters_.PendingSource(name);
+                 pending && *pending != source_name) {
+        bound_to = pending->empty() ? name : *pending;
       }
     }
     if (!bound_to.empty()) {
@@ -1588,37 +1560,31 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
         }
       }
     }
-    // (Unless the request names another source than the one that failed.)
-    if (may_load && it != entries_.end() && it->second.failed && !pending_.count(name) &&
+    // A load that just failed: its reason answers until the retry delay, unless the request
+    // names another source than the one that failed (a load still pending is joined).
+    const bool failed_recently =
+        may_load && it != entries_.end() && it->second.failed &&
         now - it->second.failed_at_ns < kRetryFailedNs &&
         (source_name.empty() || !it->second.origin ||
-         it->second.origin->source_name == source_name)) {
-      may_load = false;  // a load that just failed: its reason answers until the retry delay
-    }
+         it->second.origin->source_name == source_name);
     if (may_load) {
-      auto& pending = pending_[name];
-      if (!pending) {
-        pending = std::make_shared<PendingLoad>();
-        pending->source_name = source_name;
-        start = true;
+      const LoadWaiters::Joined joined =
+          waiters_.Join(name, source_name, waiter, /*may_start=*/!failed_recently);
+      if (joined != LoadWaiters::Joined::kNo) {
+        ++counters_.misses;
+        ++counters_.waited;
+        wait = true;
       }
-      pending->waiters.push_back(waiter);
-      waiter->deadline_ns =
-          now + static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.load_wait));
-      timed_.push_back(waiter);
-      ++counters_.misses;
-      ++counters_.waited;
-      wait = true;
       // Submitted under mu_, so Shutdown (which sets stopping_ under it first) never sees a
       // load submitted after it drained the pool.
-      if (start && !loader_->Submit([this, name, source_name] {
+      if (joined == LoadWaiters::Joined::kStarted && !loader_->Submit([this, name, source_name] {
             absl::Status st;
             try {
               st = LoadOnDemand(name, source_name);
             } catch (const std::exception& e) {
               st = absl::InternalError(StrCat("loading model '", name, "': ", e.what()));
             }
-            FinishPending(name, st);
+            waiters_.Finish(name, st);
           })) {
         submit_failed = true;
       }
@@ -1626,94 +1592,14 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
   }
   if (!wait) {
     // The caller's lookup reports the model as it is.
-    if (!conflict.ok()) return Fire(waiter, conflict);
-    Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down") : absl::OkStatus());
+    if (!conflict.ok()) return LoadWaiters::Fire(waiter, conflict);
+    LoadWaiters::Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down")
+                                       : absl::OkStatus());
     return;
   }
-  reaper_cv_.SignalAll();
   if (submit_failed) {
-    FinishPending(name, absl::UnavailableError(StrCat(
-                            "model '", name, "' cannot be loaded now: too many loads queued")));
-  }
-}
-
-void ModelLifecycle::FinishPending(const std::string& name, const absl::Status& status) {
-  std::shared_ptr<PendingLoad> pending;
-  {
-    inferd::MutexLock lock(&mu_);
-    auto it = pending_.find(name);
-    if (it == pending_.end()) return;
-    pending = it->second;
-  }
-  // OK: each waiter looks the model up itself (and gets its real state). The entry stays in
-  // pending_ until every waiter has been answered, so that no other load evicts the model
-  // between its load and the lookups of the requests that waited for it (they got 503 "has
-  // no ready version: evicted to make room" under a busy budget). A request that joined
-  // meanwhile (possible only after a failed load) is answered too.
-  size_t answered = 0;
-  for (;;) {
-    std::vector<std::shared_ptr<Waiter>> batch;
-    {
-      inferd::MutexLock lock(&mu_);
-      batch.assign(pending->waiters.begin() + static_cast<std::ptrdiff_t>(answered),
-                   pending->waiters.end());
-      answered = pending->waiters.size();
-      if (batch.empty()) {
-        if (auto it = pending_.find(name); it != pending_.end() && it->second == pending) {
-          pending_.erase(it);
-        }
-        break;
-      }
-    }
-    for (auto& w : batch) Fire(w, status);
-  }
-}
-
-void ModelLifecycle::ReapWaiters() {
-  inferd::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const uint64_t now = core::NowNs();
-    uint64_t next = UINT64_MAX;
-    std::vector<std::shared_ptr<Waiter>> expired;
-    auto keep = timed_.begin();
-    // The request's own end (its client gone, its deadline) leaves the wait; the load goes on.
-    std::vector<std::pair<std::shared_ptr<Waiter>, absl::Status>> left;
-    for (auto& w : timed_) {
-      if (w->fired.load()) continue;
-      if (w->cancel && w->cancel->IsCancelled()) {
-        left.emplace_back(std::move(w), absl::CancelledError(""));
-        continue;
-      }
-      if (w->request_deadline_ns != 0 && w->request_deadline_ns <= now &&
-          w->request_deadline_ns <= w->deadline_ns) {
-        left.emplace_back(std::move(w), absl::DeadlineExceededError(""));
-        continue;
-      }
-      if (w->deadline_ns <= now) {
-        expired.push_back(std::move(w));
-        continue;
-      }
-      next = std::min(next, w->deadline_ns);
-      if (w->request_deadline_ns != 0) next = std::min(next, w->request_deadline_ns);
-      *keep++ = std::move(w);
-    }
-    timed_.erase(keep, timed_.end());
-    if (!expired.empty() || !left.empty()) {
-      counters_.wait_timeouts += expired.size();
-      mu_.Unlock();
-      for (auto& w : expired) {
-        Fire(w, absl::UnavailableError(StrCat(
-                    "model '", w->name, "' is still loading after ",
-                    absl::FormatDuration(options_.load_wait),
-                    " (--model-load-wait-secs); retry later")));
-      }
-      for (auto& [w, st] : left) Fire(w, st);
-      mu_.Lock();
-      continue;
-    }
-    const absl::Duration wait =
-        next == UINT64_MAX ? absl::Seconds(60) : absl::Nanoseconds(next - now);
-    reaper_cv_.WaitWithTimeout(&mu_, wait);
+    waiters_.Finish(name, absl::UnavailableError(StrCat(
+                              "model '", name, "' cannot be loaded now: too many loads queued")));
   }
 }
 
@@ -1721,7 +1607,7 @@ void ModelLifecycle::ReapWaiters() {
 
 bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
   // Not while loading, nor while the requests that waited for its load look it up.
-  if (e.residency != Residency::kEvictable || loading_.count(name) || pending_.count(name)) {
+  if (e.residency != Residency::kEvictable || loading_.count(name) || waiters_.IsPending(name)) {
     return false;
   }
   bool loaded = false;
@@ -2055,6 +1941,7 @@ void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
     c = counters_;
   }
   c.hits = hits_.load();
+  c.wait_timeouts = waiters_.timeouts();
   w.Family("inferd_model_memory_bytes",
            "Measured memory footprint of a loaded model version (RSS growth over its load, at "
            "least its size on disk)", "gauge");

@@ -45,6 +45,7 @@
 #include "core/cancellation.h"
 #include "metrics/prometheus.h"
 #include "repository/eviction_policy.h"
+#include "repository/load_waiters.h"
 #include "repository/memory_budget.h"
 #include "repository/model.h"
 #include "repository/source.h"
@@ -233,20 +234,6 @@ class ModelLifecycle {
     std::shared_ptr<Usage> usage = std::make_shared<Usage>();
     std::map<int64_t, VersionSlot> versions;
   };
-  // A request waiting for an on-demand load; answered exactly once (load done or timed out).
-  struct Waiter {
-    std::function<void(absl::Status)> then;
-    std::atomic<bool> fired{false};
-    uint64_t deadline_ns = 0;          // the wait limit (--model-load-wait-secs)
-    uint64_t request_deadline_ns = 0;  // the request's own deadline; 0: none
-    std::shared_ptr<core::CancellationToken> cancel;  // carries a listener until fired
-    std::string name;
-  };
-  // One on-demand load in progress: who waits for it.
-  struct PendingLoad {
-    std::vector<std::shared_ptr<Waiter>> waiters;
-    std::string source_name;  // what it loads, when a request named it (TargetModel)
-  };
   // The models the repositories hold, for one pass.
   struct Listed {
     Source* source = nullptr;
@@ -327,9 +314,6 @@ class ModelLifecycle {
                          const std::string& source_name, const WaitLimits& limits);
   // The on-demand load of `name`, run on a loader thread.
   absl::Status LoadOnDemand(const std::string& name, const std::string& source_name);
-  void FinishPending(const std::string& name, const absl::Status& status);
-  static void Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status);
-  void ReapWaiters();
 
   // Memory budget. Makes room for `needed` more bytes under the budget (budget_) by evicting
   // the victims it names, and (with `reserved`) holds them there until the load settles. While the budget
@@ -382,18 +366,16 @@ class ModelLifecycle {
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
   // Names being loaded (any route): a second load of one waits.
   std::set<std::string, std::less<>> loading_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<PendingLoad>, std::less<>> pending_ ABSL_GUARDED_BY(mu_);
   // Names no repository held, and when that was seen: a storm of requests for unknown names
   // does not become a storm of repository listings.
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
   mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> hits_{0};
 
-  // Requests waiting for an on-demand load; the reaper answers those past the wait limit.
-  std::vector<std::shared_ptr<Waiter>> timed_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  inferd::CondVar reaper_cv_;
-  std::thread reaper_;
+  // Requests waiting for on-demand loads, and their reaper (its mutex is a leaf: called under
+  // mu_ too).
+  LoadWaiters waiters_;
 
   std::unique_ptr<WorkerPool> loader_;  // last: its threads stop first
 };
