@@ -449,253 +449,284 @@ absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::str
                                          LoadContext& ctx) {
   const auto start = std::chrono::steady_clock::now();
   const std::string fingerprint = Fingerprint(dir);
-  auto fail = [&](const absl::Status& st) {
-    LOG_ERROR << "failed to load model '" << name << "': " << st.message();
-    SetFailed(name, dir, st);
-    inferd::MutexLock lock(&mu_);
-    Entry& e = entries_[name];
-    e.fingerprint = fingerprint;
-    e.source_fingerprint = ctx.source_fingerprint;
-    if (ctx.origin) e.origin = ctx.origin;
-    if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
-    e.explicit_load = e.explicit_load || ctx.explicit_load;
-    ++counters_.load_failures;
-    return st;
-  };
+  auto fail = [&](const absl::Status& st) { return RecordFailure(name, dir, fingerprint, ctx, st); };
+  // 1. The config (and an ensemble's steps, loaded first).
   auto cfg = BuildConfig(name, dir, override_config);
   if (!cfg.ok()) return fail(cfg.status());
   if (cfg->platform() == "ensemble") {
     if (absl::Status st = PrepareEnsemble(*cfg, ctx); !st.ok()) return fail(st);
   }
-
-  // Which versions the policy serves.
-  std::vector<int64_t> available = ListVersions(dir);
-  std::vector<int64_t> wanted;
-  std::map<int64_t, std::string> missing;
-  const auto& policy = cfg->version_policy();
-  if (policy.has_all()) {
-    wanted = available;
-  } else if (policy.has_specific()) {
-    for (int64_t v : policy.specific().versions()) {
-      if (std::find(available.begin(), available.end(), v) != available.end()) {
-        wanted.push_back(v);
-      } else {
-        missing[v] = inferd::StrCat("version ", v, " named by version_policy.specific has no folder '",
-                                    dir, "/", v, "'");
-      }
-    }
-  } else {
-    const size_t n = policy.latest().num_versions();
-    for (size_t i = available.size() > n ? available.size() - n : 0; i < available.size(); ++i) {
-      wanted.push_back(available[i]);
-    }
-  }
-  if (wanted.empty() && missing.empty()) {
+  // 2. The versions the version policy serves.
+  const ChosenVersions versions = ChooseVersions(*cfg, dir);
+  if (versions.wanted.empty() && versions.missing.empty()) {
     return fail(absl::InvalidArgumentError(
         inferd::StrCat("model '", name, "': no version folders found in '", dir, "'")));
   }
-
-  // Room under the budget for the new versions: their size on disk, or what this model
-  // measured the last time it was loaded, whichever is larger.
-  const bool budget = options_.memory_budget_bytes > 0;
+  // 3. Room under the budget for the new versions.
   std::map<int64_t, int64_t> on_disk;
-  int64_t estimate = 0;
-  for (int64_t v : wanted) {
+  int64_t on_disk_total = 0;
+  for (int64_t v : versions.wanted) {
     on_disk[v] = FolderBytes(fs::path(dir) / std::to_string(v));
-    estimate += on_disk[v];
+    on_disk_total += on_disk[v];
   }
-  // Each load reserves its estimated footprint before it starts, so loads running together
-  // cannot each fit alone and overshoot together; the reservation becomes the measured
-  // footprint when the load ends.
-  const int64_t on_disk_total = estimate;
   const absl::Time room_deadline = absl::Now() + options_.load_wait;
-  if (budget) {
-    {
-      inferd::ReaderMutexLock lock(&mu_);
-      auto it = entries_.find(name);
-      estimate = it == entries_.end() ? EstimateFootprintLocked(Entry(), on_disk_total)
-                                      : EstimateFootprintLocked(it->second, on_disk_total);
+  int64_t reserved = 0;
+  if (absl::Status st = ReserveRoom(name, on_disk_total, room_deadline, &reserved); !st.ok()) {
+    // A budget full for now is not the model's fault: nothing is remembered, and its next
+    // request tries again. One that can never fit is (RESOURCE_EXHAUSTED).
+    if (st.code() == absl::StatusCode::kUnavailable) {
+      LOG_WARNING << "model '" << name << "' not loaded: " << st.message();
+      return st;
     }
-    if (absl::Status st = MakeRoom(name, estimate, on_disk_total, room_deadline, &estimate);
-        !st.ok()) {
-      // A budget full for now is not the model's fault: nothing is remembered, and its next
-      // request tries again. One that can never fit is (RESOURCE_EXHAUSTED).
-      if (st.code() == absl::StatusCode::kUnavailable) {
-        LOG_WARNING << "model '" << name << "' not loaded: " << st.message();
-        return st;
-      }
-      return fail(st);
-    }
+    return fail(st);
   }
-
-  // The largest footprint measured for these same files before: RSS growth undercounts a load
-  // that reuses memory the allocator kept from an earlier unload.
-  std::map<int64_t, int64_t> measured_before;
-  {
-    inferd::MutexLock lock(&mu_);
-    Entry& e = entries_[name];
-    e.dir = dir;
-    for (int64_t v : wanted) {
-      // A new slot starts LOADING; a version already known keeps its state (and serves, when
-      // READY) until the swap below.
-      if (!e.versions.count(v)) e.versions.emplace(v, NewSlot(name, v));
-    }
-    if (e.fingerprint == fingerprint) measured_before = e.measured;
-  }
-
-  // Load the new versions while the old ones keep serving.
+  // 4. Load the new versions (each measuring its footprint) while the old ones keep serving.
+  std::map<int64_t, int64_t> measured_before = BeginLoadingVersions(name, dir, fingerprint,
+                                                                    versions.wanted);
   backends::Backend* backend = backends_->Find(cfg->backend());
   std::map<int64_t, VersionSlot> fresh;
   absl::Status first_error;
-  const bool serialize = budget && !options_.footprint_from_disk;
-  for (int64_t v : wanted) {
-    VersionSlot slot = NewSlot(name, v);
-    absl::StatusOr<std::shared_ptr<Model>> model;
-    int64_t grown = 0;
-    const auto version_start = std::chrono::steady_clock::now();
-    {
-      // Under a budget with RSS accounting, instance creation runs one model at a time so
-      // the RSS growth is this version's own.
-      std::optional<inferd::MutexLock> measure;
-      if (serialize) measure.emplace(&measure_mu_);
-      const int active = instantiating_.fetch_add(1);
-      const uint64_t started = instantiations_.fetch_add(1);
-      const int64_t rss_before = RssBytes();
-      if (options_.namespacing) {
-        LoadOptions load = options_.load;
-        load.model_namespace = ctx.ns;
-        model = Model::Load(*cfg, dir, v, backend, load);
-      } else {
-        model = Model::Load(*cfg, dir, v, backend, options_.load);
-      }
-      grown = RssBytes() - rss_before;
-      // Another load ran meanwhile (no budget, so nothing serialized them): the growth is
-      // not this version's alone, and its size on disk is the better figure.
-      if (active > 0 || instantiations_.load() != started + 1) grown = 0;
-      instantiating_.fetch_sub(1);
-    }
-    if (model.ok()) {
-      (void)slot.state.TransitionTo(ModelState::kReady);
-      slot.footprint = options_.footprint_from_disk
-                           ? on_disk[v]
-                           : std::max({grown, on_disk[v], measured_before[v]});
-      (*model)->set_footprint_bytes(slot.footprint);
-      slot.model = *std::move(model);
-      // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
-      // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
-      LOG_INFO << "successfully loaded '" << cfg->name() << "' version " << v << " in "
-               << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
-    } else {
-      (void)slot.state.TransitionTo(ModelState::kUnavailable,
-                                    std::string(model.status().message()));
-      LOG_ERROR << "failed to load model '" << name << "' version " << v << ": "
-                << model.status().message();
-      if (first_error.ok()) first_error = model.status();
-    }
-    fresh[v] = std::move(slot);
+  for (int64_t v : versions.wanted) {
+    fresh[v] = LoadVersion(name, *cfg, dir, v, backend, ctx.ns, on_disk[v], measured_before[v],
+                           &first_error);
   }
-  for (auto& [v, reason] : missing) {
+  for (auto& [v, reason] : versions.missing) {
     VersionSlot slot = NewSlot(name, v);
     (void)slot.state.TransitionTo(ModelState::kUnavailable, reason);
     fresh[v] = std::move(slot);
     if (first_error.ok()) first_error = absl::NotFoundError(reason);
   }
-
-  std::vector<std::shared_ptr<const Model>> retired;
-  int64_t total_footprint = 0;
+  // 5. Swap them in; the versions they replace are freed.
   const double seconds = SecondsSince(start);
-  {
-    inferd::MutexLock lock(&mu_);
-    Entry& e = entries_[name];
-    // A version that failed to reload keeps serving its old instance (TF Serving's "no
-    // spontaneous unloading"); the failure is its reason in the index.
-    for (auto& [v, slot] : fresh) {
-      auto old = e.versions.find(v);
-      if (!slot.state.ready() && old != e.versions.end() && old->second.model) {
-        // A slot with a model is READY: it stays so, with the failure as its reason.
-        old->second.state.set_reason(
-            StrCat("reload failed, the previous load keeps serving: ", slot.state.reason()));
-        slot = std::move(old->second);
-      }
-    }
-    for (auto& [v, slot] : e.versions) {
-      if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
-        // Replaced by the new load (or no longer wanted): out of service, freed below.
-        (void)slot.state.TransitionTo(ModelState::kUnloading);
-        retired.push_back(std::move(slot.model));
-        (void)slot.state.TransitionTo(ModelState::kUnavailable);
-      }
-    }
-    e.versions = std::move(fresh);
-    bool any_ready = false;
-    for (const auto& [v, slot] : e.versions) {
-      total_footprint += slot.footprint;
-      any_ready |= slot.state.ready();
-    }
-    // The measured footprint replaces the reservation, in one step.
-    budget_.Settle(name, total_footprint, budget ? estimate : 0);
-    if (e.fingerprint != fingerprint) e.measured.clear();
-    for (const auto& [v, slot] : e.versions) {
-      if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
-    }
-    if (any_ready) {
-      e.last_footprint = total_footprint;
-      if (!options_.footprint_from_disk) {
-        for (const auto& [v, slot] : e.versions) {
-          if (slot.model && on_disk.count(v)) {
-            budget_.NoteOverhead(slot.footprint - on_disk[v]);
-          }
-        }
-      }
-    }
-    e.failed = false;
-    e.reason.clear();
-    e.fingerprint = fingerprint;
-    e.source_fingerprint = ctx.source_fingerprint;
-    if (ctx.origin) e.origin = ctx.origin;
-    e.residency = ctx.residency;
-    e.parts = ctx.parts;
-    e.explicit_load = e.explicit_load || ctx.explicit_load;
-    e.bound = e.bound || any_ready;
-    if (first_error.ok()) {
-      ++counters_.loads;
-    } else {
-      ++counters_.load_failures;
-      e.failed_at_ns = core::NowNs();
-    }
-    counters_.load_seconds += seconds;
-    if (any_ready) {
-      for (const auto& p : e.parts) {
-        if (auto it = entries_.find(p); it != entries_.end()) {
-          for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
-        }
-      }
-      budget_.OnLoaded(name, total_footprint, seconds);
-    }
-  }
-  FreeRetired(&retired);  // the versions this load replaced
+  std::vector<std::shared_ptr<const Model>> retired;
+  const int64_t total_footprint = SwapIn(name, fingerprint, ctx, std::move(fresh), on_disk,
+                                         reserved, first_error.ok(), seconds, &retired);
+  FreeRetired(&retired);
   if (!first_error.ok()) return first_error;
   LOG_INFO << "loaded model '" << name << "' in " << seconds << " s, footprint "
            << total_footprint << " bytes";
-  if (budget) {
-    // The measured footprint may exceed the estimate: make room for the difference, or give
-    // the model back.
-    if (absl::Status st = MakeRoom(name, 0, 0, room_deadline, nullptr); !st.ok()) {
-      {
-        inferd::MutexLock lock(&mu_);
-        RetireLocked(name, std::string(st.message()), &retired);
-        // Remembered only when it can never fit; a full budget lets the next request retry.
-        if (st.code() != absl::StatusCode::kUnavailable) {
-          entries_[name].failed = true;
-          entries_[name].failed_at_ns = core::NowNs();
-          entries_[name].reason = std::string(st.message());
-        }
+  // 6. The measured footprint may exceed the estimate: room for it, or the model goes back.
+  return CheckFootprintFits(name, room_deadline);
+}
+
+absl::Status ModelLifecycle::RecordFailure(const std::string& name, const std::string& dir,
+                                           const std::string& fingerprint,
+                                           const LoadContext& ctx, const absl::Status& st) {
+  LOG_ERROR << "failed to load model '" << name << "': " << st.message();
+  SetFailed(name, dir, st);
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  e.fingerprint = fingerprint;
+  e.source_fingerprint = ctx.source_fingerprint;
+  if (ctx.origin) e.origin = ctx.origin;
+  if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
+  e.explicit_load = e.explicit_load || ctx.explicit_load;
+  ++counters_.load_failures;
+  return st;
+}
+
+ModelLifecycle::ChosenVersions ModelLifecycle::ChooseVersions(const config::ModelConfig& cfg,
+                                                              const std::string& dir) {
+  std::vector<int64_t> available = ListVersions(dir);
+  ChosenVersions out;
+  const auto& policy = cfg.version_policy();
+  if (policy.has_all()) {
+    out.wanted = available;
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (std::find(available.begin(), available.end(), v) != available.end()) {
+        out.wanted.push_back(v);
+      } else {
+        out.missing[v] = inferd::StrCat(
+            "version ", v, " named by version_policy.specific has no folder '", dir, "/", v, "'");
       }
-      FreeRetired(&retired);
-      return st;
+    }
+  } else {
+    const size_t n = policy.latest().num_versions();
+    for (size_t i = available.size() > n ? available.size() - n : 0; i < available.size(); ++i) {
+      out.wanted.push_back(available[i]);
     }
   }
-  return absl::OkStatus();
+  return out;
+}
+
+absl::Status ModelLifecycle::ReserveRoom(const std::string& name, int64_t on_disk,
+                                         absl::Time deadline, int64_t* reserved) {
+  *reserved = 0;
+  if (!budget_.enabled()) return absl::OkStatus();
+  // Each load reserves its estimated footprint before it starts (its size on disk, or what it
+  // measured the last time it was loaded, whichever is larger), so loads running together
+  // cannot each fit alone and overshoot together; the reservation becomes the measured
+  // footprint when the load ends.
+  int64_t estimate;
+  {
+    inferd::ReaderMutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    estimate = it == entries_.end() ? EstimateFootprintLocked(Entry(), on_disk)
+                                    : EstimateFootprintLocked(it->second, on_disk);
+  }
+  return MakeRoom(name, estimate, on_disk, deadline, reserved);
+}
+
+std::map<int64_t, int64_t> ModelLifecycle::BeginLoadingVersions(
+    const std::string& name, const std::string& dir, const std::string& fingerprint,
+    const std::vector<int64_t>& wanted) {
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  e.dir = dir;
+  for (int64_t v : wanted) {
+    // A new slot starts LOADING; a version already known keeps its state (and serves, when
+    // READY) until the swap.
+    if (!e.versions.count(v)) e.versions.emplace(v, NewSlot(name, v));
+  }
+  // The largest footprint measured for these same files before: RSS growth undercounts a load
+  // that reuses memory the allocator kept from an earlier unload.
+  if (e.fingerprint == fingerprint) return e.measured;
+  return {};
+}
+
+ModelLifecycle::VersionSlot ModelLifecycle::LoadVersion(
+    const std::string& name, const config::ModelConfig& cfg, const std::string& dir,
+    int64_t version, backends::Backend* backend, const std::string& ns, int64_t on_disk,
+    int64_t measured_before, absl::Status* first_error) {
+  VersionSlot slot = NewSlot(name, version);
+  absl::StatusOr<std::shared_ptr<Model>> model;
+  int64_t grown = 0;
+  const auto version_start = std::chrono::steady_clock::now();
+  {
+    // Under a budget with RSS accounting, instance creation runs one model at a time so the
+    // RSS growth is this version's own.
+    std::optional<inferd::MutexLock> measure;
+    if (budget_.enabled() && !options_.footprint_from_disk) measure.emplace(&measure_mu_);
+    const int active = instantiating_.fetch_add(1);
+    const uint64_t started = instantiations_.fetch_add(1);
+    const int64_t rss_before = RssBytes();
+    if (options_.namespacing) {
+      LoadOptions load = options_.load;
+      load.model_namespace = ns;
+      model = Model::Load(cfg, dir, version, backend, load);
+    } else {
+      model = Model::Load(cfg, dir, version, backend, options_.load);
+    }
+    grown = RssBytes() - rss_before;
+    // Another load ran meanwhile (no budget, so nothing serialized them): the growth is not
+    // this version's alone, and its size on disk is the better figure.
+    if (active > 0 || instantiations_.load() != started + 1) grown = 0;
+    instantiating_.fetch_sub(1);
+  }
+  if (!model.ok()) {
+    (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(model.status().message()));
+    LOG_ERROR << "failed to load model '" << name << "' version " << version << ": "
+              << model.status().message();
+    if (first_error->ok()) *first_error = model.status();
+    return slot;
+  }
+  (void)slot.state.TransitionTo(ModelState::kReady);
+  slot.footprint = options_.footprint_from_disk ? on_disk
+                                                : std::max({grown, on_disk, measured_before});
+  (*model)->set_footprint_bytes(slot.footprint);
+  slot.model = *std::move(model);
+  // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
+  // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
+  LOG_INFO << "successfully loaded '" << cfg.name() << "' version " << version << " in "
+           << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
+  return slot;
+}
+
+int64_t ModelLifecycle::SwapIn(const std::string& name, const std::string& fingerprint,
+                               const LoadContext& ctx, std::map<int64_t, VersionSlot> fresh,
+                               const std::map<int64_t, int64_t>& on_disk, int64_t reserved,
+                               bool all_loaded, double seconds,
+                               std::vector<std::shared_ptr<const Model>>* retired) {
+  int64_t total_footprint = 0;
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  // A version that failed to reload keeps serving its old instance (TF Serving's "no
+  // spontaneous unloading"); the failure is its reason in the index.
+  for (auto& [v, slot] : fresh) {
+    auto old = e.versions.find(v);
+    if (!slot.state.ready() && old != e.versions.end() && old->second.model) {
+      // A slot with a model is READY: it stays so, with the failure as its reason.
+      old->second.state.set_reason(
+          StrCat("reload failed, the previous load keeps serving: ", slot.state.reason()));
+      slot = std::move(old->second);
+    }
+  }
+  for (auto& [v, slot] : e.versions) {
+    if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
+      // Replaced by the new load (or no longer wanted): out of service, freed by the caller.
+      (void)slot.state.TransitionTo(ModelState::kUnloading);
+      retired->push_back(std::move(slot.model));
+      (void)slot.state.TransitionTo(ModelState::kUnavailable);
+    }
+  }
+  e.versions = std::move(fresh);
+  bool any_ready = false;
+  for (const auto& [v, slot] : e.versions) {
+    total_footprint += slot.footprint;
+    any_ready |= slot.state.ready();
+  }
+  // The measured footprint replaces the reservation, in one step.
+  budget_.Settle(name, total_footprint, reserved);
+  if (e.fingerprint != fingerprint) e.measured.clear();
+  for (const auto& [v, slot] : e.versions) {
+    if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
+  }
+  if (any_ready) {
+    e.last_footprint = total_footprint;
+    if (!options_.footprint_from_disk) {
+      for (const auto& [v, slot] : e.versions) {
+        if (auto d = on_disk.find(v); slot.model && d != on_disk.end()) {
+          budget_.NoteOverhead(slot.footprint - d->second);
+        }
+      }
+    }
+  }
+  e.failed = false;
+  e.reason.clear();
+  e.fingerprint = fingerprint;
+  e.source_fingerprint = ctx.source_fingerprint;
+  if (ctx.origin) e.origin = ctx.origin;
+  e.residency = ctx.residency;
+  e.parts = ctx.parts;
+  e.explicit_load = e.explicit_load || ctx.explicit_load;
+  e.bound = e.bound || any_ready;
+  if (all_loaded) {
+    ++counters_.loads;
+  } else {
+    ++counters_.load_failures;
+    e.failed_at_ns = core::NowNs();
+  }
+  counters_.load_seconds += seconds;
+  if (any_ready) {
+    // The policy weighs the model with the parts that come and go with it.
+    for (const auto& p : e.parts) {
+      if (auto it = entries_.find(p); it != entries_.end()) {
+        for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
+      }
+    }
+    budget_.OnLoaded(name, total_footprint, seconds);
+  }
+  return total_footprint;
+}
+
+absl::Status ModelLifecycle::CheckFootprintFits(const std::string& name, absl::Time deadline) {
+  if (!budget_.enabled()) return absl::OkStatus();
+  absl::Status st = MakeRoom(name, 0, 0, deadline, nullptr);
+  if (st.ok()) return st;
+  std::vector<std::shared_ptr<const Model>> retired;
+  {
+    inferd::MutexLock lock(&mu_);
+    RetireLocked(name, std::string(st.message()), &retired);
+    // Remembered only when it can never fit; a full budget lets the next request retry.
+    if (st.code() != absl::StatusCode::kUnavailable) {
+      entries_[name].failed = true;
+      entries_[name].failed_at_ns = core::NowNs();
+      entries_[name].reason = std::string(st.message());
+    }
+  }
+  FreeRetired(&retired);
+  return st;
 }
 
 absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadContext& ctx) {

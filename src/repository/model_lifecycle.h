@@ -278,6 +278,42 @@ class ModelLifecycle {
   absl::Status LoadClaimed(const std::string& name, const std::string& dir,
                            const std::optional<config::ModelConfig>& override_config,
                            LoadContext& ctx);
+  // LoadClaimed's steps, in order.
+  // A failure before any version loaded: remembered (the index shows it), counted, returned.
+  absl::Status RecordFailure(const std::string& name, const std::string& dir,
+                             const std::string& fingerprint, const LoadContext& ctx,
+                             const absl::Status& st);
+  // The versions `cfg`'s version_policy serves from `dir`, and those it names that are missing.
+  struct ChosenVersions {
+    std::vector<int64_t> wanted;
+    std::map<int64_t, std::string> missing;  // version -> reason
+  };
+  static ChosenVersions ChooseVersions(const config::ModelConfig& cfg, const std::string& dir);
+  // Under a budget, reserves the load's estimated footprint (`reserved`), making room for it.
+  absl::Status ReserveRoom(const std::string& name, int64_t on_disk, absl::Time deadline,
+                           int64_t* reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks the new versions LOADING; returns the footprints measured before for these files.
+  std::map<int64_t, int64_t> BeginLoadingVersions(const std::string& name, const std::string& dir,
+                                                  const std::string& fingerprint,
+                                                  const std::vector<int64_t>& wanted)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Loads one version and measures its footprint: a READY slot, or an UNAVAILABLE one with the
+  // reason (also the first error, when none is set yet).
+  VersionSlot LoadVersion(const std::string& name, const config::ModelConfig& cfg,
+                          const std::string& dir, int64_t version, backends::Backend* backend,
+                          const std::string& ns, int64_t on_disk, int64_t measured_before,
+                          absl::Status* first_error);
+  // Puts `fresh` in place of the model's versions (a failed reload keeps the old one serving),
+  // settles the reservation with the measured footprints and records the load; the versions
+  // replaced go to `retired`. Returns the footprint the policy weighs (with the parts).
+  int64_t SwapIn(const std::string& name, const std::string& fingerprint, const LoadContext& ctx,
+                 std::map<int64_t, VersionSlot> fresh, const std::map<int64_t, int64_t>& on_disk,
+                 int64_t reserved, bool all_loaded, double seconds,
+                 std::vector<std::shared_ptr<const Model>>* retired) ABSL_LOCKS_EXCLUDED(mu_);
+  // Under a budget, makes room for what the load measured beyond its reservation, or gives the
+  // model back (remembered as failed only when it can never fit).
+  absl::Status CheckFootprintFits(const std::string& name, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Load's repository path (no "file:" parameters).
   absl::Status LoadFromRepository(const std::string& name,
                                   const std::optional<config::ModelConfig>& override_config);
