@@ -126,6 +126,7 @@ absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
 ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
     : options_(std::move(options)),
       backends_(backends),
+      index_(options_.namespacing),
       budget_(options_.memory_budget_bytes,
               options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy(),
               options_.load_wait),
@@ -165,65 +166,7 @@ void ModelLifecycle::Shutdown() {
 }
 
 absl::Status ModelLifecycle::Open() {
-  std::vector<std::string> errors;
-  for (const auto& url : options_.repositories) {
-    auto source = OpenSource(url, options_.sources);
-    if (!source.ok()) {
-      errors.push_back(std::string(source.status().message()));
-      continue;
-    }
-    if ((*source)->remote()) {
-      // Reachable, and the bucket exists: an unreachable repository fails the start.
-      auto listed = (*source)->List();
-      if (!listed.ok()) {
-        errors.push_back(std::string(listed.status().message()));
-        continue;
-      }
-      LOG_INFO << "model repository " << url << ": " << listed->size() << " models";
-    }
-    sources_.push_back(*std::move(source));
-  }
-  if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrJoin(errors, "; "));
-}
-
-ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
-  Scan scan;
-  std::vector<std::pair<Source*, std::vector<SourceModel>>> lists;
-  for (const auto& source : sources_) {
-    auto listed = source->List();
-    if (!listed.ok()) {
-      LOG_WARNING << "cannot list " << source->url() << ": " << listed.status().message();
-      scan.errors.push_back(std::string(listed.status().message()));
-      continue;
-    }
-    lists.emplace_back(source.get(), *std::move(listed));
-  }
-  for (const auto& [source, models] : lists) {
-    for (const auto& m : models) {
-      auto [it, inserted] = scan.models.emplace(m.name, Listed{source, m});
-      if (!inserted) {
-        // Triton's reason (MODEL_READY_REASON_DUPLICATE), then where.
-        scan.duplicates[m.name] =
-            StrCat("model appears in two or more repositories: '", m.name, "' in '",
-                   it->second.source->url(), "' and '", source->url(),
-                   "' (--model-namespacing=true serves each)");
-      }
-    }
-  }
-  for (const auto& [name, reason] : scan.duplicates) scan.models.erase(name);
-  if (options_.namespacing) {
-    // Each repository's copy of a shared name is its own model, keyed by its namespace.
-    for (const auto& [source, models] : lists) {
-      for (const auto& m : models) {
-        if (scan.duplicates.count(m.name)) {
-          scan.models.emplace(NamespacedName(source->url(), m.name), Listed{source, m});
-        }
-      }
-    }
-    scan.duplicates.clear();
-  }
-  return scan;
+  return index_.Open(options_.repositories, options_.sources);
 }
 
 namespace {
@@ -760,7 +703,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
         have_own = entries_.count(own) > 0;
       }
       if (!have_own) {
-        if (!scan) scan = ScanSources();
+        if (!scan) scan = index_.List();
         have_own = scan->models.count(own) > 0;
       }
       if (have_own) {
@@ -785,7 +728,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
       if (auto s = ctx.siblings.find(step.model_name); s != ctx.siblings.end()) {
         dir = s->second;
       } else {
-        if (!scan) scan = ScanSources();
+        if (!scan) scan = index_.List();
         if (auto it = scan->models.find(key);
             it != scan->models.end() && !it->second.model.archive) {
           FetchStats stats;
@@ -800,10 +743,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
         } else if (options_.namespacing && it == scan->models.end()) {
           // Not in the ensemble's repository and held by several others: no one model (Triton:
           // "contains models that are not available or ambiguous").
-          size_t copies = 0;
-          for (const auto& source : sources_) {
-            copies += scan->models.count(NamespacedName(source->url(), step.model_name));
-          }
+          const size_t copies = index_.CopiesOf(*scan, step.model_name);
           if (copies > 1) {
             return absl::InvalidArgumentError(StrCat(
                 where, ": the model is ambiguous: There are ", copies, " identifiers of model '",
@@ -865,7 +805,7 @@ absl::StatusOr<std::string> ModelLifecycle::FetchCounted(Source* source, const s
 }
 
 absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string& source_name) {
-  for (const auto& source : sources_) {
+  for (const auto& source : index_.sources()) {
     Located found;
     auto dir = FetchCounted(source.get(), source_name, &found.fetch);
     if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
@@ -876,7 +816,7 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string
     return found;
   }
   std::vector<std::string> urls;
-  for (const auto& s : sources_) urls.push_back(s->url());
+  for (const auto& s : index_.sources()) urls.push_back(s->url());
   return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
                                     StrJoin(urls, ", "), ") holds it"));
 }
@@ -1018,7 +958,7 @@ absl::Status ModelLifecycle::Load(const std::string& name,
 
 absl::Status ModelLifecycle::LoadFromRepository(
     const std::string& name, const std::optional<config::ModelConfig>& override_config) {
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
     return absl::InvalidArgumentError(dup->second);
   }
@@ -1027,7 +967,7 @@ absl::Status ModelLifecycle::LoadFromRepository(
     // --model-namespacing: as Triton, a load by a name several repositories hold loads each.
     std::vector<std::string> failures;
     size_t copies = 0;
-    for (const auto& source : sources_) {
+    for (const auto& source : index_.sources()) {
       const std::string key = NamespacedName(source->url(), name);
       auto copy = scan.models.find(key);
       if (copy == scan.models.end()) continue;
@@ -1075,7 +1015,7 @@ absl::Status ModelLifecycle::LoadFromRepository(
 
 absl::Status ModelLifecycle::LoadAll() {
   inferd::MutexLock pass_lock(&pass_mu_);
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   std::vector<std::string> failures = scan.errors;
   for (const auto& [name, reason] : scan.duplicates) {
     SetFailed(name, "", absl::InvalidArgumentError(reason));
@@ -1182,7 +1122,7 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   if (wanted != name && !(origin && origin->source_name == wanted)) {
     // A request names another entry to load as `name`: never when the repositories hold a
     // model of that name, whose clients would get the other model's answers.
-    Scan scan = ScanSources();
+    Scan scan = index_.List();
     if (scan.models.count(name) || scan.duplicates.count(name)) {
       return absl::AlreadyExistsError(StrCat(
           "model '", name, "' is a model of the repository; the request names '", wanted,
@@ -1202,11 +1142,8 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
       return LoadOne(name, again.dir, std::nullopt, ctx);
     }
     // A name several repositories hold names no one model (Triton's ambiguity).
-    Scan scan = ScanSources();
-    size_t copies = 0;
-    for (const auto& source : sources_) {
-      copies += scan.models.count(NamespacedName(source->url(), name));
-    }
+    Scan scan = index_.List();
+    const size_t copies = index_.CopiesOf(scan, name);
     if (copies > 1) {
       return absl::InvalidArgumentError(StrCat(
           "There are ", copies, " identifiers of model '", name,
@@ -1246,7 +1183,7 @@ absl::Status ModelLifecycle::Unload(const std::string& name, bool unload_depende
     {
       inferd::ReaderMutexLock lock(&mu_);
       if (!entries_.count(name)) {
-        for (const auto& source : sources_) {
+        for (const auto& source : index_.sources()) {
           std::string key = NamespacedName(source->url(), name);
           if (entries_.count(key)) copies.push_back(std::move(key));
         }
@@ -1439,7 +1376,7 @@ void ModelLifecycle::UnloadAll() {
 
 void ModelLifecycle::Poll() {
   inferd::MutexLock pass_lock(&pass_mu_);
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   if (!scan.errors.empty()) return;  // an unreachable repository is not a removed model
   std::vector<std::string> removed;
   std::map<std::string, Listed> changed;
@@ -1759,14 +1696,7 @@ absl::StatusOr<std::string> ModelLifecycle::ResolveLocked(std::string_view name)
 }
 
 std::string ModelLifecycle::PlainName(const std::string& key) const {
-  if (!options_.namespacing) return key;
-  for (const auto& source : sources_) {
-    const std::string prefix = StrCat(source->url(), "::");
-    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0) {
-      return key.substr(prefix.size());
-    }
-  }
-  return key;
+  return index_.PlainName(key);
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_view name,
@@ -1861,7 +1791,7 @@ bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int 
 std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
   std::vector<IndexEntry> out;
   std::optional<Scan> scan;
-  if (!ready_only) scan = ScanSources();
+  if (!ready_only) scan = index_.List();
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     if (entry.failed && !ready_only) {

@@ -23,6 +23,11 @@
 // accounting, the part of a load that creates the backend's instances is serialized, so each
 // model's footprint is the process's RSS growth over its own load.
 //
+// Its rooms: RepositoryIndex (the repositories and one pass over what they hold), VersionState
+// (one version's legal transitions), MemoryBudget (reservations, footprints, the eviction
+// policy's calls) and LoadWaiters (requests waiting for on-demand loads, and their reaper).
+// Their mutexes are leaves below this store's mu_.
+//
 // Thread-safe. Open() once before anything else.
 #pragma once
 
@@ -48,6 +53,7 @@
 #include "repository/load_waiters.h"
 #include "repository/memory_budget.h"
 #include "repository/model.h"
+#include "repository/repository_index.h"
 #include "repository/source.h"
 #include "repository/version_state.h"
 
@@ -234,18 +240,8 @@ class ModelLifecycle {
     std::shared_ptr<Usage> usage = std::make_shared<Usage>();
     std::map<int64_t, VersionSlot> versions;
   };
-  // The models the repositories hold, for one pass.
-  struct Listed {
-    Source* source = nullptr;
-    SourceModel model;
-  };
-  struct Scan {
-    // Keyed by name, or by "<repository>::<name>" for a name several repositories hold under
-    // --model-namespacing (Listed::model.name stays the repository's own name).
-    std::map<std::string, Listed> models;
-    std::map<std::string, std::string> duplicates;  // name -> reason
-    std::vector<std::string> errors;                // repositories that could not be listed
-  };
+  using Listed = RepositoryIndex::Listed;
+  using Scan = RepositoryIndex::Scan;
   // Per-call state of a load and the loads it starts (an ensemble's parts).
   struct LoadContext {
     std::set<std::string>* pass = nullptr;       // claimed during this LoadAll / Poll pass (mu_)
@@ -265,7 +261,6 @@ class ModelLifecycle {
     FetchStats fetch;
   };
 
-  Scan ScanSources() const;
   // Claims `name` for one load: waits while another load of it runs (up to the wait limit),
   // then false if this pass already loaded it. Unclaim when done.
   absl::StatusOr<bool> Claim(const std::string& name, LoadContext& ctx);
@@ -385,7 +380,7 @@ class ModelLifecycle {
 
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
-  std::vector<std::unique_ptr<Source>> sources_;
+  RepositoryIndex index_;  // the repositories and what they hold
   // The memory budget and the eviction policy (its mutex is a leaf: called under mu_ too).
   MemoryBudget budget_;
 
