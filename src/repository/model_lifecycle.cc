@@ -95,16 +95,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-std::string_view ModelStateName(ModelState state) {
-  switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
-  }
-  return "UNKNOWN";
-}
-
 absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
   const fs::path root(root_str);
   std::error_code ec;
@@ -134,10 +124,14 @@ absl::StatusOr<std::string> ChooseModelFolder(const std::string& root_str) {
 }
 
 ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::BackendRegistry* backends)
-    : options_(std::move(options)), backends_(backends) {
-  policy_ = options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy();
+    : options_(std::move(options)),
+      backends_(backends),
+      index_(options_.namespacing),
+      budget_(options_.memory_budget_bytes,
+              options_.eviction_policy == "lru" ? MakeLruPolicy() : MakeCostAwarePolicy(),
+              options_.load_wait),
+      waiters_(options_.load_wait) {
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
-  reaper_ = std::thread([this] { ReapWaiters(); });
   if (options_.sources.cache_cap) {
     // The cache keeps what a loaded or loading model uses (a version loaded, or being loaded).
     options_.sources.cache_cap->SetInUse([this](const std::string& entry) {
@@ -146,7 +140,7 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
       for (const auto& [name, e] : entries_) {
         if (e.dir != entry && e.dir.compare(0, below.size(), below) != 0) continue;
         for (const auto& [v, slot] : e.versions) {
-          if (slot.model != nullptr || slot.state == ModelState::kLoading) return true;
+          if (slot.model != nullptr || slot.state.state() == ModelState::kLoading) return true;
         }
       }
       return false;
@@ -162,81 +156,17 @@ void ModelLifecycle::Shutdown() {
     if (stopping_) return;
     stopping_ = true;
   }
-  reaper_cv_.SignalAll();
-  if (reaper_.joinable()) reaper_.join();
+  waiters_.StopReaper();
   // Finishes the loads already queued (their waiters are answered); WhenAvailable starts no
   // more once stopping_ is set.
   loader_->Stop();
   UnloadAll();
   // Anyone still waiting (a load that never finished) is answered now.
-  std::vector<std::shared_ptr<Waiter>> left;
-  {
-    inferd::MutexLock lock(&mu_);
-    left.swap(timed_);
-  }
-  for (auto& w : left) Fire(w, absl::UnavailableError("the server is shutting down"));
+  waiters_.FireAll(absl::UnavailableError("the server is shutting down"));
 }
 
 absl::Status ModelLifecycle::Open() {
-  std::vector<std::string> errors;
-  for (const auto& url : options_.repositories) {
-    auto source = OpenSource(url, options_.sources);
-    if (!source.ok()) {
-      errors.push_back(std::string(source.status().message()));
-      continue;
-    }
-    if ((*source)->remote()) {
-      // Reachable, and the bucket exists: an unreachable repository fails the start.
-      auto listed = (*source)->List();
-      if (!listed.ok()) {
-        errors.push_back(std::string(listed.status().message()));
-        continue;
-      }
-      LOG_INFO << "model repository " << url << ": " << listed->size() << " models";
-    }
-    sources_.push_back(*std::move(source));
-  }
-  if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrJoin(errors, "; "));
-}
-
-ModelLifecycle::Scan ModelLifecycle::ScanSources() const {
-  Scan scan;
-  std::vector<std::pair<Source*, std::vector<SourceModel>>> lists;
-  for (const auto& source : sources_) {
-    auto listed = source->List();
-    if (!listed.ok()) {
-      LOG_WARNING << "cannot list " << source->url() << ": " << listed.status().message();
-      scan.errors.push_back(std::string(listed.status().message()));
-      continue;
-    }
-    lists.emplace_back(source.get(), *std::move(listed));
-  }
-  for (const auto& [source, models] : lists) {
-    for (const auto& m : models) {
-      auto [it, inserted] = scan.models.emplace(m.name, Listed{source, m});
-      if (!inserted) {
-        // Triton's reason (MODEL_READY_REASON_DUPLICATE), then where.
-        scan.duplicates[m.name] =
-            StrCat("model appears in two or more repositories: '", m.name, "' in '",
-                   it->second.source->url(), "' and '", source->url(),
-                   "' (--model-namespacing=true serves each)");
-      }
-    }
-  }
-  for (const auto& [name, reason] : scan.duplicates) scan.models.erase(name);
-  if (options_.namespacing) {
-    // Each repository's copy of a shared name is its own model, keyed by its namespace.
-    for (const auto& [source, models] : lists) {
-      for (const auto& m : models) {
-        if (scan.duplicates.count(m.name)) {
-          scan.models.emplace(NamespacedName(source->url(), m.name), Listed{source, m});
-        }
-      }
-    }
-    scan.duplicates.clear();
-  }
-  return scan;
+  return index_.Open(options_.repositories, options_.sources);
 }
 
 namespace {
@@ -451,250 +381,295 @@ absl::Status ModelLifecycle::LoadOne(const std::string& name, const std::string&
 
 // ---- the load of one model -------------------------------------------------------------------
 
+ModelLifecycle::VersionSlot ModelLifecycle::NewSlot(const std::string& name, int64_t version) {
+  VersionSlot slot;
+  slot.state.set_what(StrCat("model '", name, "' version ", version));
+  return slot;
+}
+
 absl::Status ModelLifecycle::LoadClaimed(const std::string& name, const std::string& dir,
                                          const std::optional<config::ModelConfig>& override_config,
                                          LoadContext& ctx) {
   const auto start = std::chrono::steady_clock::now();
   const std::string fingerprint = Fingerprint(dir);
-  auto fail = [&](const absl::Status& st) {
-    LOG_ERROR << "failed to load model '" << name << "': " << st.message();
-    SetFailed(name, dir, st);
-    inferd::MutexLock lock(&mu_);
-    Entry& e = entries_[name];
-    e.fingerprint = fingerprint;
-    e.source_fingerprint = ctx.source_fingerprint;
-    if (ctx.origin) e.origin = ctx.origin;
-    if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
-    e.explicit_load = e.explicit_load || ctx.explicit_load;
-    ++counters_.load_failures;
-    return st;
-  };
+  auto fail = [&](const absl::Status& st) { return RecordFailure(name, dir, fingerprint, ctx, st); };
+  // 1. The config (and an ensemble's steps, loaded first).
   auto cfg = BuildConfig(name, dir, override_config);
   if (!cfg.ok()) return fail(cfg.status());
   if (cfg->platform() == "ensemble") {
     if (absl::Status st = PrepareEnsemble(*cfg, ctx); !st.ok()) return fail(st);
   }
+  // 2. The versions the version policy serves.
+  const ChosenVersions versions = ChooseVersions(*cfg, dir);
+  if (versions.wanted.empty() && versions.missing.empty()) {
+    return fail(absl::InvalidArgumentError(
+        inferd::StrCat("model '", name, "': no version folders found in '", dir, "'")));
+  }
+  // 3. Room under the budget for the new versions.
+  std::map<int64_t, int64_t> on_disk;
+  int64_t on_disk_total = 0;
+  for (int64_t v : versions.wanted) {
+    on_disk[v] = FolderBytes(fs::path(dir) / std::to_string(v));
+    on_disk_total += on_disk[v];
+  }
+  const absl::Time room_deadline = absl::Now() + options_.load_wait;
+  int64_t reserved = 0;
+  if (absl::Status st = ReserveRoom(name, on_disk_total, room_deadline, &reserved); !st.ok()) {
+    // A budget full for now is not the model's fault: nothing is remembered, and its next
+    // request tries again. One that can never fit is (RESOURCE_EXHAUSTED).
+    if (st.code() == absl::StatusCode::kUnavailable) {
+      LOG_WARNING << "model '" << name << "' not loaded: " << st.message();
+      return st;
+    }
+    return fail(st);
+  }
+  // 4. Load the new versions (each measuring its footprint) while the old ones keep serving.
+  std::map<int64_t, int64_t> measured_before = BeginLoadingVersions(name, dir, fingerprint,
+                                                                    versions.wanted);
+  backends::Backend* backend = backends_->Find(cfg->backend());
+  std::map<int64_t, VersionSlot> fresh;
+  absl::Status first_error;
+  for (int64_t v : versions.wanted) {
+    fresh[v] = LoadVersion(name, *cfg, dir, v, backend, ctx.ns, on_disk[v], measured_before[v],
+                           &first_error);
+  }
+  for (auto& [v, reason] : versions.missing) {
+    VersionSlot slot = NewSlot(name, v);
+    (void)slot.state.TransitionTo(ModelState::kUnavailable, reason);
+    fresh[v] = std::move(slot);
+    if (first_error.ok()) first_error = absl::NotFoundError(reason);
+  }
+  // 5. Swap them in; the versions they replace are freed.
+  const double seconds = SecondsSince(start);
+  std::vector<std::shared_ptr<const Model>> retired;
+  const int64_t total_footprint = SwapIn(name, fingerprint, ctx, std::move(fresh), on_disk,
+                                         reserved, first_error.ok(), seconds, &retired);
+  FreeRetired(&retired);
+  if (!first_error.ok()) return first_error;
+  LOG_INFO << "loaded model '" << name << "' in " << seconds << " s, footprint "
+           << total_footprint << " bytes";
+  // 6. The measured footprint may exceed the estimate: room for it, or the model goes back.
+  return CheckFootprintFits(name, room_deadline);
+}
 
-  // Which versions the policy serves.
+absl::Status ModelLifecycle::RecordFailure(const std::string& name, const std::string& dir,
+                                           const std::string& fingerprint,
+                                           const LoadContext& ctx, const absl::Status& st) {
+  LOG_ERROR << "failed to load model '" << name << "': " << st.message();
+  SetFailed(name, dir, st);
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  e.fingerprint = fingerprint;
+  e.source_fingerprint = ctx.source_fingerprint;
+  if (ctx.origin) e.origin = ctx.origin;
+  if (e.versions.empty() || ctx.residency != Residency::kPinned) e.residency = ctx.residency;
+  e.explicit_load = e.explicit_load || ctx.explicit_load;
+  ++counters_.load_failures;
+  return st;
+}
+
+ModelLifecycle::ChosenVersions ModelLifecycle::ChooseVersions(const config::ModelConfig& cfg,
+                                                              const std::string& dir) {
   std::vector<int64_t> available = ListVersions(dir);
-  std::vector<int64_t> wanted;
-  std::map<int64_t, std::string> missing;
-  const auto& policy = cfg->version_policy();
+  ChosenVersions out;
+  const auto& policy = cfg.version_policy();
   if (policy.has_all()) {
-    wanted = available;
+    out.wanted = available;
   } else if (policy.has_specific()) {
     for (int64_t v : policy.specific().versions()) {
       if (std::find(available.begin(), available.end(), v) != available.end()) {
-        wanted.push_back(v);
+        out.wanted.push_back(v);
       } else {
-        missing[v] = inferd::StrCat("version ", v, " named by version_policy.specific has no folder '",
-                                    dir, "/", v, "'");
+        out.missing[v] = inferd::StrCat(
+            "version ", v, " named by version_policy.specific has no folder '", dir, "/", v, "'");
       }
     }
   } else {
     const size_t n = policy.latest().num_versions();
     for (size_t i = available.size() > n ? available.size() - n : 0; i < available.size(); ++i) {
-      wanted.push_back(available[i]);
+      out.wanted.push_back(available[i]);
     }
   }
-  if (wanted.empty() && missing.empty()) {
-    return fail(absl::InvalidArgumentError(
-        inferd::StrCat("model '", name, "': no version folders found in '", dir, "'")));
-  }
+  return out;
+}
 
-  // Room under the budget for the new versions: their size on disk, or what this model
-  // measured the last time it was loaded, whichever is larger.
-  const bool budget = options_.memory_budget_bytes > 0;
-  std::map<int64_t, int64_t> on_disk;
-  int64_t estimate = 0;
-  for (int64_t v : wanted) {
-    on_disk[v] = FolderBytes(fs::path(dir) / std::to_string(v));
-    estimate += on_disk[v];
-  }
-  // Each load reserves its estimated footprint before it starts, so loads running together
+absl::Status ModelLifecycle::ReserveRoom(const std::string& name, int64_t on_disk,
+                                         absl::Time deadline, int64_t* reserved) {
+  *reserved = 0;
+  if (!budget_.enabled()) return absl::OkStatus();
+  // Each load reserves its estimated footprint before it starts (its size on disk, or what it
+  // measured the last time it was loaded, whichever is larger), so loads running together
   // cannot each fit alone and overshoot together; the reservation becomes the measured
   // footprint when the load ends.
-  const int64_t on_disk_total = estimate;
-  const absl::Time room_deadline = absl::Now() + options_.load_wait;
-  if (budget) {
-    {
-      inferd::ReaderMutexLock lock(&mu_);
-      auto it = entries_.find(name);
-      estimate = it == entries_.end() ? EstimateFootprintLocked(Entry(), on_disk_total)
-                                      : EstimateFootprintLocked(it->second, on_disk_total);
-    }
-    if (absl::Status st = MakeRoom(name, estimate, on_disk_total, room_deadline, &estimate);
-        !st.ok()) {
-      // A budget full for now is not the model's fault: nothing is remembered, and its next
-      // request tries again. One that can never fit is (RESOURCE_EXHAUSTED).
-      if (st.code() == absl::StatusCode::kUnavailable) {
-        LOG_WARNING << "model '" << name << "' not loaded: " << st.message();
-        return st;
-      }
-      return fail(st);
-    }
+  int64_t estimate;
+  {
+    inferd::ReaderMutexLock lock(&mu_);
+    auto it = entries_.find(name);
+    estimate = it == entries_.end() ? EstimateFootprintLocked(Entry(), on_disk)
+                                    : EstimateFootprintLocked(it->second, on_disk);
   }
+  return MakeRoom(name, estimate, on_disk, deadline, reserved);
+}
 
+std::map<int64_t, int64_t> ModelLifecycle::BeginLoadingVersions(
+    const std::string& name, const std::string& dir, const std::string& fingerprint,
+    const std::vector<int64_t>& wanted) {
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  e.dir = dir;
+  for (int64_t v : wanted) {
+    // A new slot starts LOADING; a version already known keeps its state (and serves, when
+    // READY) until the swap.
+    if (!e.versions.count(v)) e.versions.emplace(v, NewSlot(name, v));
+  }
   // The largest footprint measured for these same files before: RSS growth undercounts a load
   // that reuses memory the allocator kept from an earlier unload.
-  std::map<int64_t, int64_t> measured_before;
+  if (e.fingerprint == fingerprint) return e.measured;
+  return {};
+}
+
+ModelLifecycle::VersionSlot ModelLifecycle::LoadVersion(
+    const std::string& name, const config::ModelConfig& cfg, const std::string& dir,
+    int64_t version, backends::Backend* backend, const std::string& ns, int64_t on_disk,
+    int64_t measured_before, absl::Status* first_error) {
+  VersionSlot slot = NewSlot(name, version);
+  absl::StatusOr<std::shared_ptr<Model>> model;
+  int64_t grown = 0;
+  const auto version_start = std::chrono::steady_clock::now();
   {
-    inferd::MutexLock lock(&mu_);
-    Entry& e = entries_[name];
-    e.dir = dir;
-    for (int64_t v : wanted) {
-      if (!e.versions.count(v)) e.versions[v].state = ModelState::kLoading;
-    }
-    if (e.fingerprint == fingerprint) measured_before = e.measured;
-  }
-
-  // Load the new versions while the old ones keep serving.
-  backends::Backend* backend = backends_->Find(cfg->backend());
-  std::map<int64_t, VersionSlot> fresh;
-  absl::Status first_error;
-  const bool serialize = budget && !options_.footprint_from_disk;
-  for (int64_t v : wanted) {
-    VersionSlot slot;
-    absl::StatusOr<std::shared_ptr<Model>> model;
-    int64_t grown = 0;
-    const auto version_start = std::chrono::steady_clock::now();
-    {
-      // Under a budget with RSS accounting, instance creation runs one model at a time so
-      // the RSS growth is this version's own.
-      std::optional<inferd::MutexLock> measure;
-      if (serialize) measure.emplace(&measure_mu_);
-      const int active = instantiating_.fetch_add(1);
-      const uint64_t started = instantiations_.fetch_add(1);
-      const int64_t rss_before = RssBytes();
-      if (options_.namespacing) {
-        LoadOptions load = options_.load;
-        load.model_namespace = ctx.ns;
-        model = Model::Load(*cfg, dir, v, backend, load);
-      } else {
-        model = Model::Load(*cfg, dir, v, backend, options_.load);
-      }
-      grown = RssBytes() - rss_before;
-      // Another load ran meanwhile (no budget, so nothing serialized them): the growth is
-      // not this version's alone, and its size on disk is the better figure.
-      if (active > 0 || instantiations_.load() != started + 1) grown = 0;
-      instantiating_.fetch_sub(1);
-    }
-    if (model.ok()) {
-      slot.state = ModelState::kReady;
-      slot.footprint = options_.footprint_from_disk
-                           ? on_disk[v]
-                           : std::max({grown, on_disk[v], measured_before[v]});
-      (*model)->set_footprint_bytes(slot.footprint);
-      slot.model = *std::move(model);
-      // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
-      // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
-      LOG_INFO << "successfully loaded '" << cfg->name() << "' version " << v << " in "
-               << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
+    // Under a budget with RSS accounting, instance creation runs one model at a time so the
+    // RSS growth is this version's own.
+    std::optional<inferd::MutexLock> measure;
+    if (budget_.enabled() && !options_.footprint_from_disk) measure.emplace(&measure_mu_);
+    const int active = instantiating_.fetch_add(1);
+    const uint64_t started = instantiations_.fetch_add(1);
+    const int64_t rss_before = RssBytes();
+    if (options_.namespacing) {
+      LoadOptions load = options_.load;
+      load.model_namespace = ns;
+      model = Model::Load(cfg, dir, version, backend, load);
     } else {
-      slot.state = ModelState::kUnavailable;
-      slot.reason = std::string(model.status().message());
-      LOG_ERROR << "failed to load model '" << name << "' version " << v << ": "
-                << model.status().message();
-      if (first_error.ok()) first_error = model.status();
+      model = Model::Load(cfg, dir, version, backend, options_.load);
     }
-    fresh[v] = std::move(slot);
+    grown = RssBytes() - rss_before;
+    // Another load ran meanwhile (no budget, so nothing serialized them): the growth is not
+    // this version's alone, and its size on disk is the better figure.
+    if (active > 0 || instantiations_.load() != started + 1) grown = 0;
+    instantiating_.fetch_sub(1);
   }
-  for (auto& [v, reason] : missing) {
-    fresh[v] = VersionSlot{ModelState::kUnavailable, reason, nullptr, 0};
-    if (first_error.ok()) first_error = absl::NotFoundError(reason);
+  if (!model.ok()) {
+    (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(model.status().message()));
+    LOG_ERROR << "failed to load model '" << name << "' version " << version << ": "
+              << model.status().message();
+    if (first_error->ok()) *first_error = model.status();
+    return slot;
   }
+  (void)slot.state.TransitionTo(ModelState::kReady);
+  slot.footprint = options_.footprint_from_disk ? on_disk
+                                                : std::max({grown, on_disk, measured_before});
+  (*model)->set_footprint_bytes(slot.footprint);
+  slot.model = *std::move(model);
+  // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
+  // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
+  LOG_INFO << "successfully loaded '" << cfg.name() << "' version " << version << " in "
+           << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
+  return slot;
+}
 
-  std::vector<std::shared_ptr<const Model>> retired;
+int64_t ModelLifecycle::SwapIn(const std::string& name, const std::string& fingerprint,
+                               const LoadContext& ctx, std::map<int64_t, VersionSlot> fresh,
+                               const std::map<int64_t, int64_t>& on_disk, int64_t reserved,
+                               bool all_loaded, double seconds,
+                               std::vector<std::shared_ptr<const Model>>* retired) {
   int64_t total_footprint = 0;
-  const double seconds = SecondsSince(start);
+  inferd::MutexLock lock(&mu_);
+  Entry& e = entries_[name];
+  // A version that failed to reload keeps serving its old instance (TF Serving's "no
+  // spontaneous unloading"); the failure is its reason in the index.
+  for (auto& [v, slot] : fresh) {
+    auto old = e.versions.find(v);
+    if (!slot.state.ready() && old != e.versions.end() && old->second.model) {
+      // A slot with a model is READY: it stays so, with the failure as its reason.
+      old->second.state.set_reason(
+          StrCat("reload failed, the previous load keeps serving: ", slot.state.reason()));
+      slot = std::move(old->second);
+    }
+  }
+  for (auto& [v, slot] : e.versions) {
+    if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
+      // Replaced by the new load (or no longer wanted): out of service, freed by the caller.
+      (void)slot.state.TransitionTo(ModelState::kUnloading);
+      retired->push_back(std::move(slot.model));
+      (void)slot.state.TransitionTo(ModelState::kUnavailable);
+    }
+  }
+  e.versions = std::move(fresh);
+  bool any_ready = false;
+  for (const auto& [v, slot] : e.versions) {
+    total_footprint += slot.footprint;
+    any_ready |= slot.state.ready();
+  }
+  // The measured footprint replaces the reservation, in one step.
+  budget_.Settle(name, total_footprint, reserved);
+  if (e.fingerprint != fingerprint) e.measured.clear();
+  for (const auto& [v, slot] : e.versions) {
+    if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
+  }
+  if (any_ready) {
+    e.last_footprint = total_footprint;
+    if (!options_.footprint_from_disk) {
+      for (const auto& [v, slot] : e.versions) {
+        if (auto d = on_disk.find(v); slot.model && d != on_disk.end()) {
+          budget_.NoteOverhead(slot.footprint - d->second);
+        }
+      }
+    }
+  }
+  e.failed = false;
+  e.reason.clear();
+  e.fingerprint = fingerprint;
+  e.source_fingerprint = ctx.source_fingerprint;
+  if (ctx.origin) e.origin = ctx.origin;
+  e.residency = ctx.residency;
+  e.parts = ctx.parts;
+  e.explicit_load = e.explicit_load || ctx.explicit_load;
+  e.bound = e.bound || any_ready;
+  if (all_loaded) {
+    ++counters_.loads;
+  } else {
+    ++counters_.load_failures;
+    e.failed_at_ns = core::NowNs();
+  }
+  counters_.load_seconds += seconds;
+  if (any_ready) {
+    // The policy weighs the model with the parts that come and go with it.
+    for (const auto& p : e.parts) {
+      if (auto it = entries_.find(p); it != entries_.end()) {
+        for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
+      }
+    }
+    budget_.OnLoaded(name, total_footprint, seconds);
+  }
+  return total_footprint;
+}
+
+absl::Status ModelLifecycle::CheckFootprintFits(const std::string& name, absl::Time deadline) {
+  if (!budget_.enabled()) return absl::OkStatus();
+  absl::Status st = MakeRoom(name, 0, 0, deadline, nullptr);
+  if (st.ok()) return st;
+  std::vector<std::shared_ptr<const Model>> retired;
   {
     inferd::MutexLock lock(&mu_);
-    if (budget) reserved_bytes_ -= estimate;
-    Entry& e = entries_[name];
-    // A version that failed to reload keeps serving its old instance (TF Serving's "no
-    // spontaneous unloading"); the failure is its reason in the index.
-    for (auto& [v, slot] : fresh) {
-      auto old = e.versions.find(v);
-      if (slot.state != ModelState::kReady && old != e.versions.end() && old->second.model) {
-        old->second.state = ModelState::kReady;
-        old->second.reason = StrCat("reload failed, the previous load keeps serving: ", slot.reason);
-        slot = std::move(old->second);
-      }
-    }
-    for (auto& [v, slot] : e.versions) {
-      if (slot.model && (!fresh.count(v) || fresh[v].model != slot.model)) {
-        retired.push_back(std::move(slot.model));
-      }
-    }
-    e.versions = std::move(fresh);
-    bool any_ready = false;
-    for (const auto& [v, slot] : e.versions) {
-      total_footprint += slot.footprint;
-      any_ready |= slot.state == ModelState::kReady;
-    }
-    if (e.fingerprint != fingerprint) e.measured.clear();
-    for (const auto& [v, slot] : e.versions) {
-      if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
-    }
-    if (any_ready) {
-      e.last_footprint = total_footprint;
-      if (!options_.footprint_from_disk) {
-        for (const auto& [v, slot] : e.versions) {
-          if (slot.model && on_disk.count(v)) {
-            overhead_bytes_ = std::max(overhead_bytes_, slot.footprint - on_disk[v]);
-          }
-        }
-      }
-    }
-    if (budget) room_cv_.SignalAll();
-    e.failed = false;
-    e.reason.clear();
-    e.fingerprint = fingerprint;
-    e.source_fingerprint = ctx.source_fingerprint;
-    if (ctx.origin) e.origin = ctx.origin;
-    e.residency = ctx.residency;
-    e.parts = ctx.parts;
-    e.explicit_load = e.explicit_load || ctx.explicit_load;
-    e.bound = e.bound || any_ready;
-    if (first_error.ok()) {
-      ++counters_.loads;
-    } else {
-      ++counters_.load_failures;
-      e.failed_at_ns = core::NowNs();
-    }
-    counters_.load_seconds += seconds;
-    if (any_ready) {
-      for (const auto& p : e.parts) {
-        if (auto it = entries_.find(p); it != entries_.end()) {
-          for (const auto& [v, slot] : it->second.versions) total_footprint += slot.footprint;
-        }
-      }
-      policy_->OnLoaded(name, total_footprint, seconds);
+    RetireLocked(name, std::string(st.message()), &retired);
+    // Remembered only when it can never fit; a full budget lets the next request retry.
+    if (st.code() != absl::StatusCode::kUnavailable) {
+      entries_[name].failed = true;
+      entries_[name].failed_at_ns = core::NowNs();
+      entries_[name].reason = std::string(st.message());
     }
   }
-  FreeRetired(&retired);  // the versions this load replaced
-  if (!first_error.ok()) return first_error;
-  LOG_INFO << "loaded model '" << name << "' in " << seconds << " s, footprint "
-           << total_footprint << " bytes";
-  if (budget) {
-    // The measured footprint may exceed the estimate: make room for the difference, or give
-    // the model back.
-    if (absl::Status st = MakeRoom(name, 0, 0, room_deadline, nullptr); !st.ok()) {
-      {
-        inferd::MutexLock lock(&mu_);
-        RetireLocked(name, std::string(st.message()), &retired);
-        // Remembered only when it can never fit; a full budget lets the next request retry.
-        if (st.code() != absl::StatusCode::kUnavailable) {
-          entries_[name].failed = true;
-          entries_[name].failed_at_ns = core::NowNs();
-          entries_[name].reason = std::string(st.message());
-        }
-      }
-      FreeRetired(&retired);
-      return st;
-    }
-  }
-  return absl::OkStatus();
+  FreeRetired(&retired);
+  return st;
 }
 
 absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadContext& ctx) {
@@ -728,7 +703,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
         have_own = entries_.count(own) > 0;
       }
       if (!have_own) {
-        if (!scan) scan = ScanSources();
+        if (!scan) scan = index_.List();
         have_own = scan->models.count(own) > 0;
       }
       if (have_own) {
@@ -753,7 +728,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
       if (auto s = ctx.siblings.find(step.model_name); s != ctx.siblings.end()) {
         dir = s->second;
       } else {
-        if (!scan) scan = ScanSources();
+        if (!scan) scan = index_.List();
         if (auto it = scan->models.find(key);
             it != scan->models.end() && !it->second.model.archive) {
           FetchStats stats;
@@ -768,10 +743,7 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
         } else if (options_.namespacing && it == scan->models.end()) {
           // Not in the ensemble's repository and held by several others: no one model (Triton:
           // "contains models that are not available or ambiguous").
-          size_t copies = 0;
-          for (const auto& source : sources_) {
-            copies += scan->models.count(NamespacedName(source->url(), step.model_name));
-          }
+          const size_t copies = index_.CopiesOf(*scan, step.model_name);
           if (copies > 1) {
             return absl::InvalidArgumentError(StrCat(
                 where, ": the model is ambiguous: There are ", copies, " identifiers of model '",
@@ -833,7 +805,7 @@ absl::StatusOr<std::string> ModelLifecycle::FetchCounted(Source* source, const s
 }
 
 absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string& source_name) {
-  for (const auto& source : sources_) {
+  for (const auto& source : index_.sources()) {
     Located found;
     auto dir = FetchCounted(source.get(), source_name, &found.fetch);
     if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
@@ -844,7 +816,7 @@ absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string
     return found;
   }
   std::vector<std::string> urls;
-  for (const auto& s : sources_) urls.push_back(s->url());
+  for (const auto& s : index_.sources()) urls.push_back(s->url());
   return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
                                     StrJoin(urls, ", "), ") holds it"));
 }
@@ -986,7 +958,7 @@ absl::Status ModelLifecycle::Load(const std::string& name,
 
 absl::Status ModelLifecycle::LoadFromRepository(
     const std::string& name, const std::optional<config::ModelConfig>& override_config) {
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   if (auto dup = scan.duplicates.find(name); dup != scan.duplicates.end()) {
     return absl::InvalidArgumentError(dup->second);
   }
@@ -995,7 +967,7 @@ absl::Status ModelLifecycle::LoadFromRepository(
     // --model-namespacing: as Triton, a load by a name several repositories hold loads each.
     std::vector<std::string> failures;
     size_t copies = 0;
-    for (const auto& source : sources_) {
+    for (const auto& source : index_.sources()) {
       const std::string key = NamespacedName(source->url(), name);
       auto copy = scan.models.find(key);
       if (copy == scan.models.end()) continue;
@@ -1043,7 +1015,7 @@ absl::Status ModelLifecycle::LoadFromRepository(
 
 absl::Status ModelLifecycle::LoadAll() {
   inferd::MutexLock pass_lock(&pass_mu_);
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   std::vector<std::string> failures = scan.errors;
   for (const auto& [name, reason] : scan.duplicates) {
     SetFailed(name, "", absl::InvalidArgumentError(reason));
@@ -1150,7 +1122,7 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
   if (wanted != name && !(origin && origin->source_name == wanted)) {
     // A request names another entry to load as `name`: never when the repositories hold a
     // model of that name, whose clients would get the other model's answers.
-    Scan scan = ScanSources();
+    Scan scan = index_.List();
     if (scan.models.count(name) || scan.duplicates.count(name)) {
       return absl::AlreadyExistsError(StrCat(
           "model '", name, "' is a model of the repository; the request names '", wanted,
@@ -1170,11 +1142,8 @@ absl::Status ModelLifecycle::LoadOnDemand(const std::string& name, const std::st
       return LoadOne(name, again.dir, std::nullopt, ctx);
     }
     // A name several repositories hold names no one model (Triton's ambiguity).
-    Scan scan = ScanSources();
-    size_t copies = 0;
-    for (const auto& source : sources_) {
-      copies += scan.models.count(NamespacedName(source->url(), name));
-    }
+    Scan scan = index_.List();
+    const size_t copies = index_.CopiesOf(scan, name);
     if (copies > 1) {
       return absl::InvalidArgumentError(StrCat(
           "There are ", copies, " identifiers of model '", name,
@@ -1214,7 +1183,7 @@ absl::Status ModelLifecycle::Unload(const std::string& name, bool unload_depende
     {
       inferd::ReaderMutexLock lock(&mu_);
       if (!entries_.count(name)) {
-        for (const auto& source : sources_) {
+        for (const auto& source : index_.sources()) {
           std::string key = NamespacedName(source->url(), name);
           if (entries_.count(key)) copies.push_back(std::move(key));
         }
@@ -1344,39 +1313,42 @@ absl::Status ModelLifecycle::Forget(const std::string& name) {
 
 void ModelLifecycle::FreeRetired(std::vector<std::shared_ptr<const Model>>* retired) {
   if (retired->empty()) return;
-  std::vector<const Model*> freed;
+  std::vector<const void*> freed;
   for (const auto& m : *retired) freed.push_back(m.get());
   retired->clear();
   ReleaseFreeMemory();
   // Only now is their memory back: until here the budget still counted it, so a load on
   // another thread did not start in the room an eviction was still making.
-  inferd::MutexLock lock(&mu_);
-  for (const Model* m : freed) {
-    if (auto it = retiring_.find(m); it != retiring_.end()) {
-      retiring_bytes_ -= it->second;
-      retiring_.erase(it);
-    }
-  }
-  room_cv_.SignalAll();
+  budget_.Freed(freed);
 }
 
 void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reason,
                                   std::vector<std::shared_ptr<const Model>>* retired) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
+  // Counted against the budget until FreeRetired has freed them.
+  std::vector<std::pair<const void*, int64_t>> leaving;
   for (auto& [v, slot] : it->second.versions) {
-    if (slot.model && slot.footprint > 0) {
-      // Counted against the budget until FreeRetired has freed it.
-      retiring_[slot.model.get()] += slot.footprint;
-      retiring_bytes_ += slot.footprint;
+    if (slot.model && slot.footprint > 0) leaving.emplace_back(slot.model.get(), slot.footprint);
+    switch (slot.state.state()) {
+      case ModelState::kReady:
+        (void)slot.state.TransitionTo(ModelState::kUnloading);
+        break;
+      case ModelState::kUnavailable:
+        // Already out of service: only the reason changes (a failed or unloaded version).
+        slot.state.set_reason(std::string(reason));
+        break;
+      default:
+        break;
     }
     if (slot.model) retired->push_back(std::move(slot.model));
     slot.model = nullptr;
     slot.footprint = 0;
-    slot.state = ModelState::kUnavailable;
-    slot.reason = std::string(reason);
+    if (slot.state.state() != ModelState::kUnavailable) {
+      (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(reason));
+    }
   }
-  policy_->OnUnloaded(name);
+  budget_.Retire(name, leaving);
   for (const auto& p : it->second.parts) {
     if (p != name && !SharedPartLocked(p, name)) RetireLocked(p, reason, retired);
   }
@@ -1397,13 +1369,14 @@ void ModelLifecycle::UnloadAll() {
   {
     inferd::MutexLock lock(&mu_);
     retired.swap(entries_);
+    budget_.ClearSettled();
   }
   retired.clear();
 }
 
 void ModelLifecycle::Poll() {
   inferd::MutexLock pass_lock(&pass_mu_);
-  Scan scan = ScanSources();
+  Scan scan = index_.List();
   if (!scan.errors.empty()) return;  // an unreachable repository is not a removed model
   std::vector<std::string> removed;
   std::map<std::string, Listed> changed;
@@ -1495,14 +1468,6 @@ void ModelLifecycle::Poll() {
 
 // ---- on demand -------------------------------------------------------------------------------
 
-void ModelLifecycle::Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status) {
-  if (w->fired.exchange(true)) return;
-  // Never under mu_ (the listener takes it). Cleared before `then`, which hands the request on
-  // to a holder that installs its own listener.
-  if (w->cancel) w->cancel->ClearListener();
-  w->then(status);
-}
-
 void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
                                    const std::string& source_name) {
   WhenAvailableImpl(name, std::move(then), source_name, WaitLimits{});
@@ -1516,25 +1481,11 @@ void ModelLifecycle::WhenAvailable(const std::string& name, std::function<void(a
 void ModelLifecycle::WhenAvailableImpl(const std::string& name,
                                        std::function<void(absl::Status)> then,
                                        const std::string& source_name, const WaitLimits& limits) {
-  auto waiter = std::make_shared<Waiter>();
-  waiter->then = std::move(then);
-  waiter->name = name;
-  waiter->request_deadline_ns = limits.deadline_ns;
-  if (limits.cancel) {
-    // Installed before the waiter can fire (Fire clears it), never under mu_: a cancellation
-    // wakes the reaper, which answers the waiter.
-    waiter->cancel = limits.cancel;
-    waiter->cancel->SetListener([this, weak = std::weak_ptr<Waiter>(waiter)] {
-      auto w = weak.lock();
-      if (!w || w->fired.load()) return;
-      inferd::MutexLock lock(&mu_);
-      reaper_cv_.SignalAll();
-    });
-  }
+  auto waiter = waiters_.NewWaiter(name, std::move(then),
+                                   LoadWaiters::Limits{limits.cancel, limits.deadline_ns});
   bool wait = false;
-  bool start = false;
-  bool stopping = false;
   bool submit_failed = false;
+  bool stopping = false;
   absl::Status conflict;
   if (ValidateModelName(name).ok()) {
     inferd::MutexLock lock(&mu_);
@@ -1542,7 +1493,7 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
     auto it = entries_.find(name);
     bool ready = false;
     if (it != entries_.end()) {
-      for (const auto& [v, slot] : it->second.versions) ready |= slot.state == ModelState::kReady;
+      for (const auto& [v, slot] : it->second.versions) ready |= slot.state.ready();
     }
     const uint64_t now = core::NowNs();
     // One name, one source: a request that names another source than the one `name` was
@@ -1553,9 +1504,9 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
       if (it != entries_.end() && it->second.bound && it->second.origin &&
           it->second.origin->url.empty() && it->second.origin->source_name != source_name) {
         bound_to = it->second.origin->source_name;
-      } else if (auto p = pending_.find(name);
-                 p != pending_.end() && p->second->source_name != source_name) {
-        bound_to = p->second->source_name.empty() ? name : p->second->source_name;
+      } else if (auto pending = waiters_.PendingSource(name);
+                 pending && *pending != source_name) {
+        bound_to = pending->empty() ? name : *pending;
       }
     }
     if (!bound_to.empty()) {
@@ -1577,37 +1528,31 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
         }
       }
     }
-    // (Unless the request names another source than the one that failed.)
-    if (may_load && it != entries_.end() && it->second.failed && !pending_.count(name) &&
+    // A load that just failed: its reason answers until the retry delay, unless the request
+    // names another source than the one that failed (a load still pending is joined).
+    const bool failed_recently =
+        may_load && it != entries_.end() && it->second.failed &&
         now - it->second.failed_at_ns < kRetryFailedNs &&
         (source_name.empty() || !it->second.origin ||
-         it->second.origin->source_name == source_name)) {
-      may_load = false;  // a load that just failed: its reason answers until the retry delay
-    }
+         it->second.origin->source_name == source_name);
     if (may_load) {
-      auto& pending = pending_[name];
-      if (!pending) {
-        pending = std::make_shared<PendingLoad>();
-        pending->source_name = source_name;
-        start = true;
+      const LoadWaiters::Joined joined =
+          waiters_.Join(name, source_name, waiter, /*may_start=*/!failed_recently);
+      if (joined != LoadWaiters::Joined::kNo) {
+        ++counters_.misses;
+        ++counters_.waited;
+        wait = true;
       }
-      pending->waiters.push_back(waiter);
-      waiter->deadline_ns =
-          now + static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.load_wait));
-      timed_.push_back(waiter);
-      ++counters_.misses;
-      ++counters_.waited;
-      wait = true;
       // Submitted under mu_, so Shutdown (which sets stopping_ under it first) never sees a
       // load submitted after it drained the pool.
-      if (start && !loader_->Submit([this, name, source_name] {
+      if (joined == LoadWaiters::Joined::kStarted && !loader_->Submit([this, name, source_name] {
             absl::Status st;
             try {
               st = LoadOnDemand(name, source_name);
             } catch (const std::exception& e) {
               st = absl::InternalError(StrCat("loading model '", name, "': ", e.what()));
             }
-            FinishPending(name, st);
+            waiters_.Finish(name, st);
           })) {
         submit_failed = true;
       }
@@ -1615,110 +1560,22 @@ void ModelLifecycle::WhenAvailableImpl(const std::string& name,
   }
   if (!wait) {
     // The caller's lookup reports the model as it is.
-    if (!conflict.ok()) return Fire(waiter, conflict);
-    Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down") : absl::OkStatus());
+    if (!conflict.ok()) return LoadWaiters::Fire(waiter, conflict);
+    LoadWaiters::Fire(waiter, stopping ? absl::UnavailableError("the server is shutting down")
+                                       : absl::OkStatus());
     return;
   }
-  reaper_cv_.SignalAll();
   if (submit_failed) {
-    FinishPending(name, absl::UnavailableError(StrCat(
-                            "model '", name, "' cannot be loaded now: too many loads queued")));
-  }
-}
-
-void ModelLifecycle::FinishPending(const std::string& name, const absl::Status& status) {
-  std::shared_ptr<PendingLoad> pending;
-  {
-    inferd::MutexLock lock(&mu_);
-    auto it = pending_.find(name);
-    if (it == pending_.end()) return;
-    pending = it->second;
-  }
-  // OK: each waiter looks the model up itself (and gets its real state). The entry stays in
-  // pending_ until every waiter has been answered, so that no other load evicts the model
-  // between its load and the lookups of the requests that waited for it (they got 503 "has
-  // no ready version: evicted to make room" under a busy budget). A request that joined
-  // meanwhile (possible only after a failed load) is answered too.
-  size_t answered = 0;
-  for (;;) {
-    std::vector<std::shared_ptr<Waiter>> batch;
-    {
-      inferd::MutexLock lock(&mu_);
-      batch.assign(pending->waiters.begin() + static_cast<std::ptrdiff_t>(answered),
-                   pending->waiters.end());
-      answered = pending->waiters.size();
-      if (batch.empty()) {
-        if (auto it = pending_.find(name); it != pending_.end() && it->second == pending) {
-          pending_.erase(it);
-        }
-        break;
-      }
-    }
-    for (auto& w : batch) Fire(w, status);
-  }
-}
-
-void ModelLifecycle::ReapWaiters() {
-  inferd::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const uint64_t now = core::NowNs();
-    uint64_t next = UINT64_MAX;
-    std::vector<std::shared_ptr<Waiter>> expired;
-    auto keep = timed_.begin();
-    // The request's own end (its client gone, its deadline) leaves the wait; the load goes on.
-    std::vector<std::pair<std::shared_ptr<Waiter>, absl::Status>> left;
-    for (auto& w : timed_) {
-      if (w->fired.load()) continue;
-      if (w->cancel && w->cancel->IsCancelled()) {
-        left.emplace_back(std::move(w), absl::CancelledError(""));
-        continue;
-      }
-      if (w->request_deadline_ns != 0 && w->request_deadline_ns <= now &&
-          w->request_deadline_ns <= w->deadline_ns) {
-        left.emplace_back(std::move(w), absl::DeadlineExceededError(""));
-        continue;
-      }
-      if (w->deadline_ns <= now) {
-        expired.push_back(std::move(w));
-        continue;
-      }
-      next = std::min(next, w->deadline_ns);
-      if (w->request_deadline_ns != 0) next = std::min(next, w->request_deadline_ns);
-      *keep++ = std::move(w);
-    }
-    timed_.erase(keep, timed_.end());
-    if (!expired.empty() || !left.empty()) {
-      counters_.wait_timeouts += expired.size();
-      mu_.Unlock();
-      for (auto& w : expired) {
-        Fire(w, absl::UnavailableError(StrCat(
-                    "model '", w->name, "' is still loading after ",
-                    absl::FormatDuration(options_.load_wait),
-                    " (--model-load-wait-secs); retry later")));
-      }
-      for (auto& [w, st] : left) Fire(w, st);
-      mu_.Lock();
-      continue;
-    }
-    const absl::Duration wait =
-        next == UINT64_MAX ? absl::Seconds(60) : absl::Nanoseconds(next - now);
-    reaper_cv_.WaitWithTimeout(&mu_, wait);
+    waiters_.Finish(name, absl::UnavailableError(StrCat(
+                              "model '", name, "' cannot be loaded now: too many loads queued")));
   }
 }
 
 // ---- the memory budget -----------------------------------------------------------------------
 
-int64_t ModelLifecycle::ResidentBytesLocked() const {
-  int64_t total = reserved_bytes_ + retiring_bytes_;
-  for (const auto& [name, e] : entries_) {
-    for (const auto& [v, slot] : e.versions) total += slot.footprint;
-  }
-  return total;
-}
-
 bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) const {
   // Not while loading, nor while the requests that waited for its load look it up.
-  if (e.residency != Residency::kEvictable || loading_.count(name) || pending_.count(name)) {
+  if (e.residency != Residency::kEvictable || loading_.count(name) || waiters_.IsPending(name)) {
     return false;
   }
   bool loaded = false;
@@ -1739,107 +1596,74 @@ bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) co
 }
 
 int64_t ModelLifecycle::EstimateFootprintLocked(const Entry& e, int64_t on_disk) const {
-  int64_t estimate = std::max(on_disk, e.last_footprint);
-  if (e.last_footprint == 0 && !options_.footprint_from_disk) estimate = on_disk + overhead_bytes_;
-  return estimate;
+  return budget_.Estimate(e.last_footprint, on_disk, options_.footprint_from_disk);
+}
+
+MemoryBudget::Models ModelLifecycle::BudgetModelsLocked() {
+  MemoryBudget::Models models;
+  // How each model has been used since the budget's policy last looked (requests only bump two
+  // atomics), least recently used first so recency stays in order.
+  std::vector<std::pair<uint64_t, RequestCount>> used;
+  for (const auto& [n, e] : entries_) {
+    const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
+    if (uses > 0) used.push_back({e.usage->last_used_ns.load(), RequestCount{n, uses}});
+    if (e.residency == Residency::kEvictable) models.evictable.insert(n);
+    const bool idle = EvictableLocked(n, e);
+    if (idle) models.idle.insert(n);
+    models.why[n] = e.residency == Residency::kPinned ? "pinned"
+                    : e.residency == Residency::kPart ? "ensemble part"
+                    : idle                            ? "idle"
+                                                      : "in use";
+  }
+  std::sort(used.begin(), used.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  models.used.reserve(used.size());
+  for (auto& [last, c] : used) models.used.push_back(std::move(c));
+  return models;
 }
 
 absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, int64_t at_least,
                                       absl::Time deadline, int64_t* reserved) {
-  const int64_t budget = options_.memory_budget_bytes;
   for (;;) {
-    std::vector<std::shared_ptr<const Model>> retired;
-    std::vector<std::string> victims;
+    MemoryBudget::Models models;
+    bool stopping;
     {
       inferd::MutexLock lock(&mu_);
-      // What is never evicted (pinned models, ensemble parts, this model's own versions): an
-      // estimate larger than the rest of the budget is cut to it (the load then shows what it
-      // really needs), and a model whose sure minimum does not fit is refused at once.
-      int64_t fixed = 0;
-      for (const auto& [n, e] : entries_) {
-        if (e.residency == Residency::kEvictable && n != name) continue;
-        for (const auto& [v, slot] : e.versions) fixed += slot.footprint;
-      }
-      if (needed > budget - fixed) needed = std::max<int64_t>(at_least, budget - fixed);
-      const int64_t resident = ResidentBytesLocked();
-      if (resident + needed <= budget) {
-        if (reserved != nullptr) {
-          reserved_bytes_ += needed;
-          *reserved = needed;
-        }
-        return absl::OkStatus();
-      }
-      // The policy sees how each model has been used since it last looked (requests only
-      // bump two atomics), least recently used first so recency stays in order.
-      std::vector<std::pair<uint64_t, RequestCount>> used;
-      for (const auto& [n, e] : entries_) {
-        const uint64_t uses = e.usage->uses.exchange(0, std::memory_order_relaxed);
-        if (uses > 0) used.push_back({e.usage->last_used_ns.load(), RequestCount{n, uses}});
-      }
-      std::sort(used.begin(), used.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      std::vector<RequestCount> counts;
-      counts.reserve(used.size());
-      for (auto& [last, c] : used) counts.push_back(std::move(c));
-      if (!counts.empty()) policy_->OnUsedBatch(counts);
-      auto evictable = [this, &name](const std::string& n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (n == name) return false;
-        auto it = entries_.find(n);
-        return it != entries_.end() && EvictableLocked(n, it->second);
-      };
-      auto chosen = policy_->ChooseVictims(needed, resident, budget, evictable);
-      if (chosen.ok()) victims = *std::move(chosen);
-      if (!chosen.ok() || victims.empty()) {
-        std::vector<std::string> held;
-        for (const auto& [n, e] : entries_) {
-          int64_t bytes = 0;
-          for (const auto& [v, slot] : e.versions) bytes += slot.footprint;
-          if (bytes > 0) {
-            const char* why = e.residency == Residency::kPinned ? "pinned"
-                              : e.residency == Residency::kPart ? "ensemble part"
-                              : EvictableLocked(n, e)           ? "idle"
-                                                                : "in use";
-            held.push_back(StrCat(n, " ", bytes, " (", why, ")"));
-          }
-        }
-        int64_t wants = needed;
-        if (wants == 0) {  // the check after a load: the model's measured footprint
-          if (auto it = entries_.find(name); it != entries_.end()) {
-            for (const auto& [v, slot] : it->second.versions) wants += slot.footprint;
-          }
-        }
-        // Room comes back when requests in flight end (their models become evictable) and
-        // other loads settle their reservations: wait for it, up to the load-wait limit. A
-        // model leaves "in use" without telling the store, hence the bounded re-check.
-        const bool forever = fixed + at_least > budget;
-        const absl::Time now = absl::Now();
-        if (!forever && !stopping_ && now < deadline) {
-          room_cv_.WaitWithTimeout(&mu_, std::min(absl::Milliseconds(20), deadline - now));
-          continue;
-        }
-        if (!forever) {
-          return absl::UnavailableError(StrCat(
-              "model '", name, "' needs about ", wants, " bytes and the memory budget ",
-              "(--model-memory-budget) of ", budget, " bytes stayed full for ",
-              absl::FormatDuration(options_.load_wait), " (--model-load-wait-secs): ",
-              StrJoin(held, ", "), "; retry later"));
-        }
-        return absl::ResourceExhaustedError(StrCat(
-            "model '", name, "' needs about ", wants, " bytes but the memory budget (",
-            "--model-memory-budget) is ", budget, " bytes and ", resident,
-            " are resident or reserved, none of it evictable: ",
-            held.empty() ? std::string("no model is loaded") : StrJoin(held, ", ")));
-      }
-      for (const auto& v : victims) {
-        auto it = entries_.find(v);
-        if (it == entries_.end() || !EvictableLocked(v, it->second)) continue;
-        RetireLocked(v, StrCat("evicted to make room for '", name, "' under the memory budget"),
-                     &retired);
-        ++counters_.evictions;
-        LOG_INFO << "evicted idle model '" << v << "' to make room for '" << name << "'";
-      }
+      stopping = stopping_;
+      models = BudgetModelsLocked();
     }
-    FreeRetired(&retired);
+    MemoryBudget::Room room =
+        budget_.TryReserve(name, needed, at_least, reserved != nullptr, models);
+    if (room.fits) {
+      if (reserved != nullptr) *reserved = room.reserved;
+      return absl::OkStatus();
+    }
+    if (!room.victims.empty()) {
+      std::vector<std::shared_ptr<const Model>> retired;
+      {
+        inferd::MutexLock lock(&mu_);
+        for (const auto& v : room.victims) {
+          // A victim that became busy since is kept; the budget is asked again.
+          auto it = entries_.find(v);
+          if (it == entries_.end() || !EvictableLocked(v, it->second)) continue;
+          RetireLocked(v, StrCat("evicted to make room for '", name, "' under the memory budget"),
+                       &retired);
+          ++counters_.evictions;
+          LOG_INFO << "evicted idle model '" << v << "' to make room for '" << name << "'";
+        }
+      }
+      FreeRetired(&retired);
+      continue;
+    }
+    // Full for now: room comes back when requests in flight end (their models become
+    // evictable) and other loads settle their reservations. Wait for it, up to the load-wait
+    // limit; a model leaves "in use" without telling the budget, hence the bounded re-check.
+    const absl::Time now = absl::Now();
+    if (!room.forever && !stopping && now < deadline) {
+      budget_.WaitForChange(room.generation, std::min(absl::Milliseconds(20), deadline - now));
+      continue;
+    }
+    return room.status;
   }
 }
 
@@ -1872,14 +1696,7 @@ absl::StatusOr<std::string> ModelLifecycle::ResolveLocked(std::string_view name)
 }
 
 std::string ModelLifecycle::PlainName(const std::string& key) const {
-  if (!options_.namespacing) return key;
-  for (const auto& source : sources_) {
-    const std::string prefix = StrCat(source->url(), "::");
-    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0) {
-      return key.substr(prefix.size());
-    }
-  }
-  return key;
+  return index_.PlainName(key);
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_view name,
@@ -1907,13 +1724,13 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_
   };
   if (version < 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.state == ModelState::kReady) {
+      if (v->second.state.ready()) {
         used();
         return v->second.model;
       }
     }
     std::string reason = it->second.reason;
-    if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.reason;
+    if (reason.empty() && !versions.empty()) reason = versions.rbegin()->second.state.reason();
     if (reason == kUnloadedReason) {
       return absl::NotFoundError(inferd::StrCat("model '", name, "' is not loaded (unloaded)"));
     }
@@ -1925,11 +1742,12 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_
     return absl::NotFoundError(
         inferd::StrCat("unknown version ", version, " of model '", name, "'"));
   }
-  if (v->second.state != ModelState::kReady) {
+  if (!v->second.state.ready()) {
+    const VersionState& state = v->second.state;
     return absl::UnavailableError(inferd::StrCat("model '", name, "' version ", version, " is ",
-                                                 ModelStateName(v->second.state),
-                                                 v->second.reason.empty() ? "" : ": ",
-                                                 v->second.reason));
+                                                 ModelStateName(state.state()),
+                                                 state.reason().empty() ? "" : ": ",
+                                                 state.reason()));
   }
   used();
   return v->second.model;
@@ -1944,7 +1762,7 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
   auto it = entries_.find(*key);
   if (it == entries_.end()) return out;
   for (const auto& [v, slot] : it->second.versions) {
-    if (slot.state == ModelState::kReady) out.push_back(slot.model);
+    if (slot.state.ready()) out.push_back(slot.model);
   }
   return out;
 }
@@ -1973,25 +1791,25 @@ bool ModelLifecycle::IsReadyAtDepth(std::string_view name, int64_t version, int 
 std::vector<IndexEntry> ModelLifecycle::Index(bool ready_only) const {
   std::vector<IndexEntry> out;
   std::optional<Scan> scan;
-  if (!ready_only) scan = ScanSources();
+  if (!ready_only) scan = index_.List();
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     if (entry.failed && !ready_only) {
       bool serving = false;
-      for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+      for (const auto& [v, slot] : entry.versions) serving |= slot.state.ready();
       if (!serving) {
         out.push_back({PlainName(name), "", "UNAVAILABLE", entry.reason});
         continue;
       }
     }
     for (const auto& [v, slot] : entry.versions) {
-      if (ready_only && slot.state != ModelState::kReady) continue;
-      std::string reason = slot.reason;
-      if (entry.failed && slot.state == ModelState::kReady) {
+      if (ready_only && !slot.state.ready()) continue;
+      std::string reason = slot.state.reason();
+      if (entry.failed && slot.state.ready()) {
         reason = StrCat("reload failed, the previous load keeps serving: ", entry.reason);
       }
       // A namespaced copy is listed under its own name, as Triton's index does.
-      out.push_back({PlainName(name), inferd::StrCat(v), std::string(ModelStateName(slot.state)),
+      out.push_back({PlainName(name), inferd::StrCat(v), std::string(ModelStateName(slot.state.state())),
                      reason});
     }
   }
@@ -2014,10 +1832,10 @@ bool ModelLifecycle::AllReady() const {
   for (const auto& [name, entry] : entries_) {
     if (entry.residency != Residency::kPinned) continue;  // on demand: they come and go
     bool serving = false;
-    for (const auto& [v, slot] : entry.versions) serving |= slot.state == ModelState::kReady;
+    for (const auto& [v, slot] : entry.versions) serving |= slot.state.ready();
     if (entry.failed && !serving) return false;
     for (const auto& [v, slot] : entry.versions) {
-      if (slot.state != ModelState::kReady && slot.reason != kUnloadedReason) return false;
+      if (!slot.state.ready() && slot.state.reason() != kUnloadedReason) return false;
     }
   }
   return true;
@@ -2028,7 +1846,7 @@ std::vector<std::shared_ptr<const Model>> ModelLifecycle::AllReadyModels() const
   inferd::ReaderMutexLock lock(&mu_);
   for (const auto& [name, entry] : entries_) {
     for (const auto& [v, slot] : entry.versions) {
-      if (slot.state == ModelState::kReady) out.push_back(slot.model);
+      if (slot.state.ready()) out.push_back(slot.model);
     }
   }
   return out;
@@ -2084,6 +1902,7 @@ void ModelLifecycle::CollectMetrics(metrics::PrometheusWriter& w) const {
     c = counters_;
   }
   c.hits = hits_.load();
+  c.wait_timeouts = waiters_.timeouts();
   w.Family("inferd_model_memory_bytes",
            "Measured memory footprint of a loaded model version (RSS growth over its load, at "
            "least its size on disk)", "gauge");

@@ -4,7 +4,8 @@
 // mode), and one memory budget over every loaded model with an eviction policy.
 //
 // States of a version: LOADING -> READY -> UNLOADING -> UNAVAILABLE, and LOADING ->
-// UNAVAILABLE with a reason when the load fails. A model whose config does not parse has no
+// UNAVAILABLE with a reason when the load fails (VersionState, version_state.h, holds the
+// table of legal transitions and refuses any other). A model whose config does not parse has no
 // versions and is UNAVAILABLE with the parse error as its reason. A reload that fails leaves
 // the versions that were serving in place (READY, with the failure as their reason).
 //
@@ -21,6 +22,11 @@
 // Lookups (Get) take a short shared lock and never wait for a load. With a budget and RSS
 // accounting, the part of a load that creates the backend's instances is serialized, so each
 // model's footprint is the process's RSS growth over its own load.
+//
+// Its rooms: RepositoryIndex (the repositories and one pass over what they hold), VersionState
+// (one version's legal transitions), MemoryBudget (reservations, footprints, the eviction
+// policy's calls) and LoadWaiters (requests waiting for on-demand loads, and their reaper).
+// Their mutexes are leaves below this store's mu_.
 //
 // Thread-safe. Open() once before anything else.
 #pragma once
@@ -44,8 +50,12 @@
 #include "core/cancellation.h"
 #include "metrics/prometheus.h"
 #include "repository/eviction_policy.h"
+#include "repository/load_waiters.h"
+#include "repository/memory_budget.h"
 #include "repository/model.h"
+#include "repository/repository_index.h"
 #include "repository/source.h"
+#include "repository/version_state.h"
 
 namespace inferd::repository {
 
@@ -53,8 +63,6 @@ namespace inferd::repository {
 // control characters, valid UTF-8. Errors are InvalidArgument and quote the name.
 absl::Status ValidateModelName(std::string_view name);
 
-enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
-std::string_view ModelStateName(ModelState state);
 
 struct IndexEntry {
   std::string name;
@@ -189,11 +197,12 @@ class ModelLifecycle {
  private:
   enum class Residency { kPinned, kEvictable, kPart };
   struct VersionSlot {
-    ModelState state = ModelState::kLoading;
-    std::string reason;
-    std::shared_ptr<const Model> model;
+    VersionState state;  // its reason is the index's
+    std::shared_ptr<const Model> model;  // set while READY
     int64_t footprint = 0;
   };
+  // A slot for a version whose load begins (LOADING).
+  static VersionSlot NewSlot(const std::string& name, int64_t version);
   // How often and how recently a model is used; shared with Get's callers without the lock.
   struct Usage {
     std::atomic<uint64_t> uses{0};
@@ -231,32 +240,8 @@ class ModelLifecycle {
     std::shared_ptr<Usage> usage = std::make_shared<Usage>();
     std::map<int64_t, VersionSlot> versions;
   };
-  // A request waiting for an on-demand load; answered exactly once (load done or timed out).
-  struct Waiter {
-    std::function<void(absl::Status)> then;
-    std::atomic<bool> fired{false};
-    uint64_t deadline_ns = 0;          // the wait limit (--model-load-wait-secs)
-    uint64_t request_deadline_ns = 0;  // the request's own deadline; 0: none
-    std::shared_ptr<core::CancellationToken> cancel;  // carries a listener until fired
-    std::string name;
-  };
-  // One on-demand load in progress: who waits for it.
-  struct PendingLoad {
-    std::vector<std::shared_ptr<Waiter>> waiters;
-    std::string source_name;  // what it loads, when a request named it (TargetModel)
-  };
-  // The models the repositories hold, for one pass.
-  struct Listed {
-    Source* source = nullptr;
-    SourceModel model;
-  };
-  struct Scan {
-    // Keyed by name, or by "<repository>::<name>" for a name several repositories hold under
-    // --model-namespacing (Listed::model.name stays the repository's own name).
-    std::map<std::string, Listed> models;
-    std::map<std::string, std::string> duplicates;  // name -> reason
-    std::vector<std::string> errors;                // repositories that could not be listed
-  };
+  using Listed = RepositoryIndex::Listed;
+  using Scan = RepositoryIndex::Scan;
   // Per-call state of a load and the loads it starts (an ensemble's parts).
   struct LoadContext {
     std::set<std::string>* pass = nullptr;       // claimed during this LoadAll / Poll pass (mu_)
@@ -276,7 +261,6 @@ class ModelLifecycle {
     FetchStats fetch;
   };
 
-  Scan ScanSources() const;
   // Claims `name` for one load: waits while another load of it runs (up to the wait limit),
   // then false if this pass already loaded it. Unclaim when done.
   absl::StatusOr<bool> Claim(const std::string& name, LoadContext& ctx);
@@ -289,6 +273,42 @@ class ModelLifecycle {
   absl::Status LoadClaimed(const std::string& name, const std::string& dir,
                            const std::optional<config::ModelConfig>& override_config,
                            LoadContext& ctx);
+  // LoadClaimed's steps, in order.
+  // A failure before any version loaded: remembered (the index shows it), counted, returned.
+  absl::Status RecordFailure(const std::string& name, const std::string& dir,
+                             const std::string& fingerprint, const LoadContext& ctx,
+                             const absl::Status& st);
+  // The versions `cfg`'s version_policy serves from `dir`, and those it names that are missing.
+  struct ChosenVersions {
+    std::vector<int64_t> wanted;
+    std::map<int64_t, std::string> missing;  // version -> reason
+  };
+  static ChosenVersions ChooseVersions(const config::ModelConfig& cfg, const std::string& dir);
+  // Under a budget, reserves the load's estimated footprint (`reserved`), making room for it.
+  absl::Status ReserveRoom(const std::string& name, int64_t on_disk, absl::Time deadline,
+                           int64_t* reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks the new versions LOADING; returns the footprints measured before for these files.
+  std::map<int64_t, int64_t> BeginLoadingVersions(const std::string& name, const std::string& dir,
+                                                  const std::string& fingerprint,
+                                                  const std::vector<int64_t>& wanted)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Loads one version and measures its footprint: a READY slot, or an UNAVAILABLE one with the
+  // reason (also the first error, when none is set yet).
+  VersionSlot LoadVersion(const std::string& name, const config::ModelConfig& cfg,
+                          const std::string& dir, int64_t version, backends::Backend* backend,
+                          const std::string& ns, int64_t on_disk, int64_t measured_before,
+                          absl::Status* first_error);
+  // Puts `fresh` in place of the model's versions (a failed reload keeps the old one serving),
+  // settles the reservation with the measured footprints and records the load; the versions
+  // replaced go to `retired`. Returns the footprint the policy weighs (with the parts).
+  int64_t SwapIn(const std::string& name, const std::string& fingerprint, const LoadContext& ctx,
+                 std::map<int64_t, VersionSlot> fresh, const std::map<int64_t, int64_t>& on_disk,
+                 int64_t reserved, bool all_loaded, double seconds,
+                 std::vector<std::shared_ptr<const Model>>* retired) ABSL_LOCKS_EXCLUDED(mu_);
+  // Under a budget, makes room for what the load measured beyond its reservation, or gives the
+  // model back (remembered as failed only when it can never fit).
+  absl::Status CheckFootprintFits(const std::string& name, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Load's repository path (no "file:" parameters).
   absl::Status LoadFromRepository(const std::string& name,
                                   const std::optional<config::ModelConfig>& override_config);
@@ -325,12 +345,9 @@ class ModelLifecycle {
                          const std::string& source_name, const WaitLimits& limits);
   // The on-demand load of `name`, run on a loader thread.
   absl::Status LoadOnDemand(const std::string& name, const std::string& source_name);
-  void FinishPending(const std::string& name, const absl::Status& status);
-  static void Fire(const std::shared_ptr<Waiter>& w, const absl::Status& status);
-  void ReapWaiters();
 
-  // Memory budget. Makes room for `needed` more bytes under the budget by evicting, and (with
-  // `reserved`) holds them in reserved_bytes_ until the caller releases them. While the budget
+  // Memory budget. Makes room for `needed` more bytes under the budget (budget_) by evicting
+  // the victims it names, and (with `reserved`) holds them there until the load settles. While the budget
   // is full only for now (models in use, other loads' reservations), waits for room until
   // `deadline` (the load-wait limit) and then answers UNAVAILABLE: a full budget, not a broken
   // model. RESOURCE_EXHAUSTED when `at_least` bytes more could never fit (pinned models and
@@ -342,7 +359,8 @@ class ModelLifecycle {
   // size on disk plus the largest overhead (footprint minus size on disk) measured so far.
   int64_t EstimateFootprintLocked(const Entry& e, int64_t on_disk) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  int64_t ResidentBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the budget needs to know of the models to make room (and counts their uses as seen).
+  MemoryBudget::Models BudgetModelsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EvictableLocked(const std::string& name, const Entry& e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a loaded entry other than `leaving` lists `part` among its parts.
@@ -362,8 +380,9 @@ class ModelLifecycle {
 
   const LifecycleOptions options_;
   const backends::BackendRegistry* backends_;
-  std::vector<std::unique_ptr<Source>> sources_;
-  std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  RepositoryIndex index_;  // the repositories and what they hold
+  // The memory budget and the eviction policy (its mutex is a leaf: called under mu_ too).
+  MemoryBudget budget_;
 
   inferd::Mutex pass_mu_;     // one LoadAll / Poll pass at a time
   // Poll mode: each listed model's fingerprint at the previous poll. A new or changed model
@@ -378,26 +397,16 @@ class ModelLifecycle {
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
   // Names being loaded (any route): a second load of one waits.
   std::set<std::string, std::less<>> loading_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<PendingLoad>, std::less<>> pending_ ABSL_GUARDED_BY(mu_);
   // Names no repository held, and when that was seen: a storm of requests for unknown names
   // does not become a storm of repository listings.
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
-  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Versions retired but not yet freed (FreeRetired), and their footprints: still resident.
-  std::map<const Model*, int64_t> retiring_ ABSL_GUARDED_BY(mu_);
-  int64_t retiring_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // The largest measured footprint minus size on disk (a backend's per-model overhead).
-  int64_t overhead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Signalled when budget room may have appeared (a load done, an unload, an eviction).
-  inferd::CondVar room_cv_;
   mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> hits_{0};
 
-  // Requests waiting for an on-demand load; the reaper answers those past the wait limit.
-  std::vector<std::shared_ptr<Waiter>> timed_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  inferd::CondVar reaper_cv_;
-  std::thread reaper_;
+  // Requests waiting for on-demand loads, and their reaper (its mutex is a leaf: called under
+  // mu_ too).
+  LoadWaiters waiters_;
 
   std::unique_ptr<WorkerPool> loader_;  // last: its threads stop first
 };

@@ -1,0 +1,89 @@
+#include "repository/repository_index.h"
+
+#include "common/logging.h"
+#include "common/strings.h"
+#include "repository/model.h"
+
+namespace inferd::repository {
+
+absl::Status RepositoryIndex::Open(const std::vector<std::string>& urls,
+                                   const SourceOptions& options) {
+  std::vector<std::string> errors;
+  for (const auto& url : urls) {
+    auto source = OpenSource(url, options);
+    if (!source.ok()) {
+      errors.push_back(std::string(source.status().message()));
+      continue;
+    }
+    if ((*source)->remote()) {
+      // Reachable, and the bucket exists: an unreachable repository fails the start.
+      auto listed = (*source)->List();
+      if (!listed.ok()) {
+        errors.push_back(std::string(listed.status().message()));
+        continue;
+      }
+      LOG_INFO << "model repository " << url << ": " << listed->size() << " models";
+    }
+    sources_.push_back(*std::move(source));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrJoin(errors, "; "));
+}
+
+RepositoryIndex::Scan RepositoryIndex::List() const {
+  Scan scan;
+  std::vector<std::pair<Source*, std::vector<SourceModel>>> lists;
+  for (const auto& source : sources_) {
+    auto listed = source->List();
+    if (!listed.ok()) {
+      LOG_WARNING << "cannot list " << source->url() << ": " << listed.status().message();
+      scan.errors.push_back(std::string(listed.status().message()));
+      continue;
+    }
+    lists.emplace_back(source.get(), *std::move(listed));
+  }
+  for (const auto& [source, models] : lists) {
+    for (const auto& m : models) {
+      auto [it, inserted] = scan.models.emplace(m.name, Listed{source, m});
+      if (!inserted) {
+        // Triton's reason (MODEL_READY_REASON_DUPLICATE), then where.
+        scan.duplicates[m.name] =
+            StrCat("model appears in two or more repositories: '", m.name, "' in '",
+                   it->second.source->url(), "' and '", source->url(),
+                   "' (--model-namespacing=true serves each)");
+      }
+    }
+  }
+  for (const auto& [name, reason] : scan.duplicates) scan.models.erase(name);
+  if (namespacing_) {
+    // Each repository's copy of a shared name is its own model, keyed by its namespace.
+    for (const auto& [source, models] : lists) {
+      for (const auto& m : models) {
+        if (scan.duplicates.count(m.name)) {
+          scan.models.emplace(NamespacedName(source->url(), m.name), Listed{source, m});
+        }
+      }
+    }
+    scan.duplicates.clear();
+  }
+  return scan;
+}
+
+std::string RepositoryIndex::PlainName(const std::string& key) const {
+  if (!namespacing_) return key;
+  for (const auto& source : sources_) {
+    const std::string prefix = StrCat(source->url(), "::");
+    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0) {
+      return key.substr(prefix.size());
+    }
+  }
+  return key;
+}
+
+size_t RepositoryIndex::CopiesOf(const Scan& scan, std::string_view name) const {
+  size_t copies = 0;
+  for (const auto& source : sources_) copies += scan.models.count(NamespacedName(source->url(), name));
+  return copies;
+}
+
+}  // namespace inferd::repository

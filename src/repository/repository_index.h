@@ -1,0 +1,59 @@
+// The repository index: the model repositories (--model-repository, each a Source), the models
+// they hold in one pass (Scan), and Triton's rules for a name several repositories hold:
+// without --model-namespacing it is no model (each copy is a duplicate, with Triton's reason);
+// with it, each repository's copy is its own model, keyed "<repository>::<name>" inside the
+// store (NamespacedName), and PlainName gives the model's own name back.
+//
+// Thread-safe after Open: the sources are fixed from then on (each Source is thread-safe).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "repository/source.h"
+
+namespace inferd::repository {
+
+class RepositoryIndex {
+ public:
+  explicit RepositoryIndex(bool namespacing) : namespacing_(namespacing) {}
+
+  // One model a repository holds, for one pass.
+  struct Listed {
+    Source* source = nullptr;
+    SourceModel model;
+  };
+  struct Scan {
+    // Keyed by name, or by "<repository>::<name>" for a name several repositories hold under
+    // --model-namespacing (Listed::model.name stays the repository's own name).
+    std::map<std::string, Listed> models;
+    std::map<std::string, std::string> duplicates;  // name -> reason
+    std::vector<std::string> errors;                // repositories that could not be listed
+  };
+
+  // Opens every repository, once, before anything else. A folder that does not exist or a
+  // bucket that cannot be reached is an INVALID_ARGUMENT naming it (each one that failed).
+  absl::Status Open(const std::vector<std::string>& urls, const SourceOptions& options);
+
+  // Lists every repository now. One that cannot be listed is named in `errors` (and logged);
+  // the others are listed still.
+  Scan List() const;
+
+  // The model's own name of a store key ("<repository>::m" -> "m"); the key itself otherwise.
+  std::string PlainName(const std::string& key) const;
+  // How many repositories' namespaced copies of `name` `scan` holds.
+  size_t CopiesOf(const Scan& scan, std::string_view name) const;
+
+  bool namespacing() const { return namespacing_; }
+  const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
+
+ private:
+  const bool namespacing_;
+  std::vector<std::unique_ptr<Source>> sources_;  // set by Open, fixed after
+};
+
+}  // namespace inferd::repository
