@@ -15,13 +15,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "grpc_service.grpc.pb.h"
-#include "absl/base/thread_annotations.h"
-#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "rapidjson/document.h"
 #include "tools/perf/http_client.h"
@@ -452,29 +451,29 @@ struct Record {
 class Recorder {
  public:
   void Add(const Record& r, const std::string& error) {
-    inferd::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     records_.push_back(r);
     if (!r.ok && first_error_.empty()) first_error_ = error;
   }
   std::vector<Record> Take() {
-    inferd::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     std::vector<Record> out;
     out.swap(records_);
     return out;
   }
   size_t Size() {
-    inferd::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return records_.size();
   }
   std::string FirstError() {
-    inferd::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return first_error_;
   }
 
  private:
-  inferd::Mutex mu_;
-  std::vector<Record> records_ ABSL_GUARDED_BY(mu_);
-  std::string first_error_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  std::vector<Record> records_;
+  std::string first_error_;
 };
 
 struct Window {
@@ -547,9 +546,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   const uint64_t origin = NowNs();
-  // Guards the open loop's schedule, shared by the workers: next_send and rng (locals, which
-  // clang's guarded_by cannot name).
-  inferd::Mutex schedule_mu;
+  std::mutex schedule_mu;
   uint64_t next_send = origin;
   std::mt19937_64 rng(12345);
   const double gap_ns = 1e9 / static_cast<double>(level);
@@ -562,7 +559,7 @@ StepResult RunStep(Protocol& protocol, const Options& o, int64_t level, bool ope
         uint64_t start = NowNs();
         if (open_loop) {
           {
-            inferd::MutexLock lock(&schedule_mu);
+            std::lock_guard<std::mutex> lock(schedule_mu);
             next_send += static_cast<uint64_t>(o.distribution == "poisson" ? exp_gap(rng) : gap_ns);
             start = next_send;
           }
