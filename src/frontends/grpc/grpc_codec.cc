@@ -96,19 +96,27 @@ core::ParameterValue ToParameterValue(const inference::InferParameter& p) {
   return v;
 }
 
-// The shared-memory extension's parameters of one tensor (nullopt without a region).
+// The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
+// `name` in errors; nullopt without a region). A tensor without parameters costs nothing more.
 absl::StatusOr<std::optional<core::SharedMemoryRef>> SharedMemoryParams(
     const google::protobuf::Map<std::string, inference::InferParameter>& params,
-    const std::string& what) {
-  std::optional<core::ParameterValue> values[3];
+    std::string_view kind, const std::string& name) {
+  if (params.empty()) return std::optional<core::SharedMemoryRef>();
+  core::ParameterValue values[3];
+  const core::ParameterValue* found[3] = {nullptr, nullptr, nullptr};
   const char* const keys[3] = {"shared_memory_region", "shared_memory_offset",
                                "shared_memory_byte_size"};
   for (int i = 0; i < 3; ++i) {
-    if (auto it = params.find(keys[i]); it != params.end()) values[i] = ToParameterValue(it->second);
+    if (auto it = params.find(keys[i]); it != params.end()) {
+      values[i] = ToParameterValue(it->second);
+      found[i] = &values[i];
+    }
   }
-  auto ptr = [](const std::optional<core::ParameterValue>& v) { return v ? &*v : nullptr; };
-  return core::ParseSharedMemoryParameters(ptr(values[0]), ptr(values[1]), ptr(values[2]),
-                                           core::kGrpcParameterWords, what);
+  if (found[0] == nullptr && found[1] == nullptr && found[2] == nullptr) {
+    return std::optional<core::SharedMemoryRef>();
+  }
+  return core::ParseSharedMemoryParameters(found[0], found[1], found[2], core::kGrpcParameterWords,
+                                           StrCat(kind, " '", name, "'"));
 }
 
 }  // namespace
@@ -205,7 +213,7 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
     if (!count.ok()) {
       return absl::InvalidArgumentError(StrCat("input '", in.name(), "': ", count.status().message()));
     }
-    auto shm = SharedMemoryParams(in.parameters(), StrCat("input '", in.name(), "'"));
+    auto shm = SharedMemoryParams(in.parameters(), "input", in.name());
     if (!shm.ok()) return shm.status();
     if (*shm) {
       if (HasContents(in.contents())) {
@@ -237,7 +245,7 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
       }
       ro.classification = it->second.int64_param();
     }
-    auto shm = SharedMemoryParams(out.parameters(), StrCat("output '", out.name(), "'"));
+    auto shm = SharedMemoryParams(out.parameters(), "output", out.name());
     if (!shm.ok()) return shm.status();
     ro.shm = *std::move(shm);
     req->outputs.push_back(std::move(ro));

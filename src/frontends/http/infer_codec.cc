@@ -671,21 +671,29 @@ static core::ParameterValue ToParameterValue(const rapidjson::Value& v) {
   return p;
 }
 
-// The shared-memory extension's parameters of one tensor: nullopt without
-// 'shared_memory_region'; 'shared_memory_byte_size' is required with it.
+// The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
+// `name` in errors): nullopt without 'shared_memory_region'; 'shared_memory_byte_size' is
+// required with it. A tensor without any of them (the common case) costs three lookups.
 static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
-    const rapidjson::Value& params, const std::string& what) {
-  std::optional<core::ParameterValue> values[3];
-  const char* const keys[3] = {"shared_memory_region", "shared_memory_offset",
-                               "shared_memory_byte_size"};
-  for (int i = 0; i < 3; ++i) {
-    if (auto it = params.FindMember(keys[i]); it != params.MemberEnd()) {
+    const rapidjson::Value& params, std::string_view kind, const std::string& name) {
+  // Literal keys: rapidjson takes their length at compile time.
+  const auto end = params.MemberEnd();
+  const auto region = params.FindMember("shared_memory_region");
+  const auto offset = params.FindMember("shared_memory_offset");
+  const auto size = params.FindMember("shared_memory_byte_size");
+  if (region == end && offset == end && size == end) return std::optional<core::SharedMemoryRef>();
+  core::ParameterValue values[3];
+  const core::ParameterValue* found[3] = {nullptr, nullptr, nullptr};
+  int i = 0;
+  for (auto it : {region, offset, size}) {
+    if (it != end) {
       values[i] = ToParameterValue(it->value);
+      found[i] = &values[i];
     }
+    ++i;
   }
-  auto ptr = [](const std::optional<core::ParameterValue>& v) { return v ? &*v : nullptr; };
-  return core::ParseSharedMemoryParameters(ptr(values[0]), ptr(values[1]), ptr(values[2]),
-                                           core::kJsonParameterWords, what);
+  return core::ParseSharedMemoryParameters(found[0], found[1], found[2], core::kJsonParameterWords,
+                                           inferd::StrCat(kind, " '", name, "'"));
 }
 
 bool OutputEncoding::IsBinary(std::string_view name) const {
@@ -788,7 +796,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
         binary_size = b->value.GetUint64();
       }
-      auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("input '", tensor.name, "'"));
+      auto shm = ParseSharedMemoryParams(p->value, "input", tensor.name);
       if (!shm.ok()) return shm.status();
       tensor.shm = *std::move(shm);
     }
@@ -891,7 +899,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         }
       }
       if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
-        auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("output '", ro.name, "'"));
+        auto shm = ParseSharedMemoryParams(p->value, "output", ro.name);
         if (!shm.ok()) return shm.status();
         if (*shm && p->value.HasMember("binary_data") && binary_flag) {
           return absl::InvalidArgumentError(inferd::StrCat(
