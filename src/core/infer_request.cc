@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/strings.h"
+
 namespace inferd::core {
 
 InferRequest::~InferRequest() {
@@ -33,21 +35,31 @@ std::string Millis(uint64_t ns) {
   std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(ns) / 1e6);
   return buf;
 }
-uint64_t Waited(const InferRequest& request, uint64_t now_ns) {
-  return now_ns > request.times.received_ns ? now_ns - request.times.received_ns : 0;
+uint64_t Waited(uint64_t received_ns, uint64_t now_ns) {
+  return now_ns > received_ns ? now_ns - received_ns : 0;
 }
 }  // namespace
 
 absl::Status CancelledError(const InferRequest& request, uint64_t now_ns) {
-  return absl::CancelledError("request for model '" + request.model_name +
-                              "' was cancelled by the client after " +
-                              Millis(Waited(request, now_ns)) + " ms");
+  return CancelledError(request.model_name, request.times.received_ns, now_ns);
 }
 
 absl::Status DeadlineError(const InferRequest& request, uint64_t now_ns, std::string_view limit) {
-  return absl::DeadlineExceededError("request for model '" + request.model_name +
-                                     "' timed out: waited " + Millis(Waited(request, now_ns)) +
-                                     " ms (" + std::string(limit) + ")");
+  return DeadlineError(request.model_name, request.times.received_ns, now_ns, limit);
+}
+
+absl::Status CancelledError(std::string_view model_name, uint64_t received_ns, uint64_t now_ns) {
+  return absl::CancelledError(StrCat("request for model '", model_name,
+                                     "' was cancelled by the client after ",
+                                     Millis(Waited(received_ns, now_ns)), " ms"));
+}
+
+absl::Status DeadlineError(std::string_view model_name, uint64_t received_ns, uint64_t now_ns,
+                           std::string_view limit) {
+  return absl::DeadlineExceededError(StrCat("request for model '", model_name,
+                                            "' timed out: waited ",
+                                            Millis(Waited(received_ns, now_ns)), " ms (", limit,
+                                            ")"));
 }
 
 uint64_t NowNs() {

@@ -176,6 +176,11 @@ absl::Status CancelledError(const InferRequest& request, uint64_t now_ns);
 // The answer to a request whose deadline passed while it waited (DEADLINE_EXCEEDED, 504),
 // with the time it waited and the limit that applied.
 absl::Status DeadlineError(const InferRequest& request, uint64_t now_ns, std::string_view limit);
+// The same answers for a request known by its model's name and arrival time (one that waits
+// for its model to load: server/model_resolver.h).
+absl::Status CancelledError(std::string_view model_name, uint64_t received_ns, uint64_t now_ns);
+absl::Status DeadlineError(std::string_view model_name, uint64_t received_ns, uint64_t now_ns,
+                           std::string_view limit);
 
 // Monotonic clock in nanoseconds.
 uint64_t NowNs();

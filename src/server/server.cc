@@ -46,6 +46,8 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
     return IsModelReady(name, version);
   };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
+  resolver_ = std::make_unique<ModelResolver<repository::ModelLifecycle>>(
+      lifecycle_.get(), options_.control_mode == ControlMode::kOnDemand);
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 256);
 }
 
@@ -143,7 +145,12 @@ absl::StatusOr<ModelMetadata> Server::GetModelMetadata(std::string_view name,
                                                        int64_t version) const {
   auto model = lifecycle_->Get(name, version);
   if (!model.ok()) return model.status();
-  const config::ModelConfig& cfg = (*model)->config();
+  return MetadataOf(**model, name, version);
+}
+
+ModelMetadata Server::MetadataOf(const repository::Model& model, std::string_view name,
+                                 int64_t version) const {
+  const config::ModelConfig& cfg = model.config();
   ModelMetadata md;
   md.name = cfg.name();
   if (version >= 0) {
@@ -172,6 +179,29 @@ absl::StatusOr<config::ModelConfig> Server::GetModelConfig(std::string_view name
   return (*model)->config();
 }
 
+void Server::GetModelMetadata(std::string_view name, int64_t version,
+                              const ResolveOptions& options,
+                              std::function<void(absl::StatusOr<ModelMetadata>)> done) {
+  resolver_->Resolve(
+      name, version, WaitBounds{.received_ns = core::NowNs()}, options,
+      [this, name = std::string(name), version, done = std::move(done)](
+          absl::StatusOr<std::shared_ptr<const repository::Model>> model) {
+        if (!model.ok()) return done(model.status());
+        done(MetadataOf(**model, name, version));
+      });
+}
+
+void Server::GetModelConfig(
+    std::string_view name, int64_t version, const ResolveOptions& options,
+    std::function<void(absl::StatusOr<const config::ModelConfig*>)> done) {
+  resolver_->Resolve(name, version, WaitBounds{.received_ns = core::NowNs()}, options,
+                     [done = std::move(done)](
+                         absl::StatusOr<std::shared_ptr<const repository::Model>> model) {
+                       if (!model.ok()) return done(model.status());
+                       done(&(*model)->config());
+                     });
+}
+
 absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_view name,
                                                                    int64_t version) const {
   std::vector<ModelStatistics> out;
@@ -197,64 +227,26 @@ absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_v
   return out;
 }
 
-void Server::Infer(std::unique_ptr<core::InferRequest> request) {
+void Server::Infer(std::unique_ptr<core::InferRequest> request, const ResolveOptions& options) {
   if (request->times.received_ns == 0) request->times.received_ns = core::NowNs();
   core::AnswerOnceThroughStream(request.get());
-  InferLoaded(std::move(request), /*may_load=*/true);
+  core::InferRequest& r = *request;
+  resolver_->Resolve(r.model_name, r.model_version, WaitBounds::Of(r), options,
+                     [this, request = std::move(request)](
+                         absl::StatusOr<std::shared_ptr<const repository::Model>> model) mutable {
+                       if (!model.ok()) {
+                         core::CompleteWithError(std::move(request), model.status());
+                         return;
+                       }
+                       InferOn(**model, std::move(request));
+                     });
 }
 
-void Server::WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
-                           const std::string& source_name) {
-  lifecycle_->WhenAvailable(name, std::move(then), source_name);
-}
-
-void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_load) {
-  auto model = lifecycle_->Get(request->model_name, request->model_version);
-  if (!model.ok()) {
-    const auto code = model.status().code();
-    if (may_load && (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kUnavailable)) {
-      // Not loaded: the store loads it if it may (on demand, or an evicted model), then the
-      // request goes on from the loader thread; otherwise it is answered at once.
-      // The request leaves the wait when its client goes or its deadline (its `timeout` from
-      // arrival, as no queue policy is known yet, or the client's) passes; the load goes on.
-      const std::string name = request->model_name;
-      repository::ModelLifecycle::WaitLimits limits;
-      limits.cancel = request->cancel;
-      if (request->timeout_us != 0) {
-        limits.deadline_ns = request->times.received_ns + request->timeout_us * 1000;
-      }
-      if (request->deadline_ns != 0 &&
-          (limits.deadline_ns == 0 || request->deadline_ns < limits.deadline_ns)) {
-        limits.deadline_ns = request->deadline_ns;
-      }
-      auto shared = std::make_shared<std::unique_ptr<core::InferRequest>>(std::move(request));
-      lifecycle_->WhenAvailable(name, [this, shared](absl::Status st) {
-        core::InferRequest& r = **shared;
-        const uint64_t now = core::NowNs();
-        if (st.code() == absl::StatusCode::kCancelled && r.IsCancelled()) {
-          st = core::CancelledError(r, now);
-        } else if (st.code() == absl::StatusCode::kDeadlineExceeded && st.message().empty()) {
-          st = core::DeadlineError(
-              r, now,
-              r.timeout_us && r.times.received_ns + r.timeout_us * 1000 <= now
-                  ? inferd::StrCat("timeout ", r.timeout_us, " us, waiting for the model to load")
-                  : std::string("the client's deadline, waiting for the model to load"));
-        }
-        if (!st.ok()) {
-          core::CompleteWithError(std::move(*shared), st);
-          return;
-        }
-        InferLoaded(std::move(*shared), /*may_load=*/false);
-      }, limits);
-      return;
-    }
-    core::CompleteWithError(std::move(request), model.status());
-    return;
-  }
-  request->model_version = (*model)->version();
-  if ((*model)->config().model_transaction_policy().decoupled()) {
+void Server::InferOn(const repository::Model& model, std::unique_ptr<core::InferRequest> request) {
+  request->model_version = model.version();
+  if (model.config().model_transaction_policy().decoupled()) {
     const backends::Backend* backend =
-        backends_ != nullptr ? backends_->Find((*model)->config().backend()) : nullptr;
+        backends_ != nullptr ? backends_->Find(model.config().backend()) : nullptr;
     absl::Status st = core::PrepareDecoupledRequest(
         request.get(), backend != nullptr && backend->SupportsDecoupled());
     if (!st.ok()) {
@@ -263,9 +255,9 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
     }
   }
   absl::Status valid = shared_memory_.Attach(request.get());
-  if (valid.ok()) valid = ValidateRequest((*model)->config(), request.get());
+  if (valid.ok()) valid = ValidateRequest(model.config(), request.get());
   if (!valid.ok()) {
-    (*model)->stats().RecordFailure(core::NowNs() - request->times.received_ns,
+    model.stats().RecordFailure(core::NowNs() - request->times.received_ns,
                                     metrics::FailureReason::kOther);
     core::CompleteWithError(std::move(request), std::move(valid));
     return;
@@ -276,8 +268,8 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
   for (const auto& o : request->outputs) classify |= o.classification > 0;
   if (classify) {
     // Post-process on the completing thread; hold the labels, never the model itself.
-    auto labels = (*model)->labels();
-    const bool batching = (*model)->config().max_batch_size() > 0;
+    auto labels = model.labels();
+    const bool batching = model.config().max_batch_size() > 0;
     auto requested = std::make_shared<std::vector<core::RequestedOutput>>(request->outputs);
     request->on_complete = [labels, batching, requested, next = std::move(request->on_complete)](
                                std::unique_ptr<core::InferResponse> response) {
@@ -293,11 +285,11 @@ void Server::InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_l
   }
   // As in Triton, only the default and dynamic-batch schedulers cache: a sequence carries
   // state from request to request, which an answer from the cache would skip.
-  if (response_cache_ != nullptr && (*model)->config().response_cache().enable() &&
-      !(*model)->config().has_sequence_batching() && !ServeFromCache(**model, request)) {
+  if (response_cache_ != nullptr && model.config().response_cache().enable() &&
+      !model.config().has_sequence_batching() && !ServeFromCache(model, request)) {
     return;
   }
-  (*model)->Enqueue(std::move(request));
+  model.Enqueue(std::move(request));
 }
 
 bool Server::ServeFromCache(const repository::Model& model,

@@ -23,6 +23,7 @@
 #include "metrics/model_stats.h"
 #include "metrics/prometheus.h"
 #include "repository/model_lifecycle.h"
+#include "server/model_resolver.h"
 #include "server/response_cache.h"
 #include "server/shared_memory.h"
 #include "server/trace.h"
@@ -115,23 +116,29 @@ class Server {
   bool IsReady() const;
   bool IsModelReady(std::string_view name, int64_t version) const;
 
+  // The resident model's metadata and configuration; never loads (tools, tests). Frontends
+  // use the forms below, which load an on-demand model first.
   absl::StatusOr<ModelMetadata> GetModelMetadata(std::string_view name, int64_t version) const;
   absl::StatusOr<config::ModelConfig> GetModelConfig(std::string_view name,
                                                      int64_t version) const;
+  // The same, with the model resolved as Infer resolves it (model_resolver.h: an on-demand or
+  // evicted model loads first; readiness never loads). `done` is called exactly once: on this
+  // thread when the model is resident or cannot load, else on the loader thread after its
+  // load. The config pointer is valid during the call only.
+  void GetModelMetadata(std::string_view name, int64_t version, const ResolveOptions& options,
+                        std::function<void(absl::StatusOr<ModelMetadata>)> done);
+  void GetModelConfig(std::string_view name, int64_t version, const ResolveOptions& options,
+                      std::function<void(absl::StatusOr<const config::ModelConfig*>)> done);
   // Empty name: every ready model.
   absl::StatusOr<std::vector<ModelStatistics>> GetStatistics(std::string_view name,
                                                              int64_t version) const;
 
-  // Takes ownership; `request->on_complete` is called exactly once, on some thread. In
-  // on-demand mode a model that is not loaded is loaded first (the request waits for it).
-  void Infer(std::unique_ptr<core::InferRequest> request);
-  // Calls `then` once `name` can be looked up: at once when it is loaded or cannot be loaded;
-  // after its on-demand load otherwise (on a loader thread). Frontends wrap metadata and
-  // config requests in it so they load on-demand models too; readiness never does.
-  // `source_name`: the repository entry to load as `name` (SageMaker's TargetModel); `then`
-  // gets ALREADY_EXISTS when `name` serves (or is being loaded from) another source.
-  void WhenAvailable(const std::string& name, std::function<void(absl::Status)> then,
-                     const std::string& source_name = "");
+  // Takes ownership; `request->on_complete` is called exactly once, on some thread. The model
+  // is resolved first (model_resolver.h): resident, it runs at once on this thread; a model that
+  // must load (on demand, evicted, SageMaker's TargetModel in `options`) is loaded and the
+  // request goes on from the loader thread, unless its client leaves, its `timeout` or deadline
+  // passes, or --model-load-wait-secs passes first.
+  void Infer(std::unique_ptr<core::InferRequest> request, const ResolveOptions& options = {});
 
   std::vector<repository::IndexEntry> RepositoryIndex(bool ready_only) const;
   // Run on the loader pool; `done` is called there. Explicit mode only.
@@ -151,7 +158,6 @@ class Server {
   absl::Status ForgetModel(const std::string& name);
   // Models loaded by LoadModelFromUrl, with their URLs.
   std::map<std::string, std::string> UrlModels() const;
-  bool on_demand() const { return options_.control_mode == ControlMode::kOnDemand; }
   // Runs `task` on the store's loader pool; false when its queue is full.
   bool SubmitLoad(std::function<void()> task);
   // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
@@ -165,7 +171,11 @@ class Server {
 
  private:
   void PollLoop();
-  void InferLoaded(std::unique_ptr<core::InferRequest> request, bool may_load);
+  // Runs `request` on its resolved model: decoupled set-up, shared memory, validation,
+  // tracing, classification, the response cache, then the model's scheduler.
+  void InferOn(const repository::Model& model, std::unique_ptr<core::InferRequest> request);
+  ModelMetadata MetadataOf(const repository::Model& model, std::string_view name,
+                           int64_t version) const;
   // Answers `request` from the response cache (false: done, `request` is consumed) or arranges
   // for its response to be cached (true: the caller enqueues it).
   bool ServeFromCache(const repository::Model& model, std::unique_ptr<core::InferRequest>& request);
@@ -178,6 +188,7 @@ class Server {
   std::unique_ptr<ResponseCache> response_cache_;
   std::unique_ptr<TraceManager> trace_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;
+  std::unique_ptr<ModelResolver<repository::ModelLifecycle>> resolver_;
   std::unique_ptr<WorkerPool> loader_;
   std::thread poller_;
   inferd::Mutex mu_;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/strings.h"
+#include "core/request_parameters.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
 
@@ -72,43 +73,50 @@ bool HasContents(const inference::InferTensorContents& c) {
          c.fp64_contents_size() || c.bytes_contents_size();
 }
 
-// The shared-memory extension's parameters of one tensor (nullopt without a region).
+// An InferParameter in the protocols' common form (core/request_parameters.h).
+core::ParameterValue ToParameterValue(const inference::InferParameter& p) {
+  core::ParameterValue v;
+  using Kind = core::ParameterValue::Kind;
+  if (p.has_bool_param()) {
+    v.kind = Kind::kBool;
+    v.boolean = p.bool_param();
+  } else if (p.has_int64_param()) {
+    v.kind = Kind::kInt64;
+    v.int64 = p.int64_param();
+  } else if (p.has_uint64_param()) {
+    v.kind = Kind::kUint64;
+    v.uint64 = p.uint64_param();
+  } else if (p.has_double_param()) {
+    v.kind = Kind::kDouble;
+    v.number = p.double_param();
+  } else if (p.has_string_param()) {
+    v.kind = Kind::kString;
+    v.text = p.string_param();
+  }
+  return v;
+}
+
+// The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
+// `name` in errors; nullopt without a region). A tensor without parameters costs nothing more.
 absl::StatusOr<std::optional<core::SharedMemoryRef>> SharedMemoryParams(
     const google::protobuf::Map<std::string, inference::InferParameter>& params,
-    const std::string& what) {
-  auto region = params.find("shared_memory_region");
-  auto offset = params.find("shared_memory_offset");
-  auto size = params.find("shared_memory_byte_size");
-  if (region == params.end()) {
-    if (offset != params.end() || size != params.end()) {
-      return absl::InvalidArgumentError(StrCat(
-          what, ": 'shared_memory_offset' and 'shared_memory_byte_size' need 'shared_memory_region'"));
+    std::string_view kind, const std::string& name) {
+  if (params.empty()) return std::optional<core::SharedMemoryRef>();
+  core::ParameterValue values[3];
+  const core::ParameterValue* found[3] = {nullptr, nullptr, nullptr};
+  const char* const keys[3] = {"shared_memory_region", "shared_memory_offset",
+                               "shared_memory_byte_size"};
+  for (int i = 0; i < 3; ++i) {
+    if (auto it = params.find(keys[i]); it != params.end()) {
+      values[i] = ToParameterValue(it->second);
+      found[i] = &values[i];
     }
+  }
+  if (found[0] == nullptr && found[1] == nullptr && found[2] == nullptr) {
     return std::optional<core::SharedMemoryRef>();
   }
-  if (!region->second.has_string_param()) {
-    return absl::InvalidArgumentError(StrCat(what, ": 'shared_memory_region' must be a string_param"));
-  }
-  core::SharedMemoryRef ref;
-  ref.region = region->second.string_param();
-  auto non_negative = [&](const inference::InferParameter& p, const char* name) -> absl::StatusOr<uint64_t> {
-    if (p.has_int64_param() && p.int64_param() >= 0) return static_cast<uint64_t>(p.int64_param());
-    if (p.has_uint64_param()) return p.uint64_param();
-    return absl::InvalidArgumentError(StrCat(what, ": '", name, "' must be a non-negative int64_param"));
-  };
-  if (offset != params.end()) {
-    auto v = non_negative(offset->second, "shared_memory_offset");
-    if (!v.ok()) return v.status();
-    ref.offset = *v;
-  }
-  if (size == params.end()) {
-    return absl::InvalidArgumentError(StrCat(
-        what, ": 'shared_memory_byte_size' must be given with 'shared_memory_region'"));
-  }
-  auto v = non_negative(size->second, "shared_memory_byte_size");
-  if (!v.ok()) return v.status();
-  ref.byte_size = *v;
-  return std::optional<core::SharedMemoryRef>(std::move(ref));
+  return core::ParseSharedMemoryParameters(found[0], found[1], found[2], core::kGrpcParameterWords,
+                                           StrCat(kind, " '", name, "'"));
 }
 
 }  // namespace
@@ -141,32 +149,11 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
       params_writer(params);
   bool any_params = false;
   for (const auto& [key, p] : message.parameters()) {
-    if (key == "priority") {
-      if (p.has_int64_param() && p.int64_param() >= 0) req->priority = p.int64_param();
-      else if (p.has_uint64_param()) req->priority = p.uint64_param();
-      else return absl::InvalidArgumentError("parameter 'priority' must be a non-negative integer");
-    } else if (key == "timeout") {
-      if (p.has_int64_param() && p.int64_param() >= 0) req->timeout_us = p.int64_param();
-      else if (p.has_uint64_param()) req->timeout_us = p.uint64_param();
-      else return absl::InvalidArgumentError("parameter 'timeout' must be a non-negative integer (microseconds)");
-    } else if (key == "sequence_id") {
-      if (p.has_int64_param() && p.int64_param() >= 0) {
-        req->sequence_id.number = static_cast<uint64_t>(p.int64_param());
-      } else if (p.has_uint64_param()) {
-        req->sequence_id.number = p.uint64_param();
-      } else if (p.has_string_param()) {
-        req->sequence_id.is_string = true;
-        req->sequence_id.text = p.string_param();
-      } else {
-        return absl::InvalidArgumentError(
-            "parameter 'sequence_id' must be a non-negative integer or a string");
-      }
-    } else if (key == "sequence_start" || key == "sequence_end") {
-      if (!p.has_bool_param()) {
-        return absl::InvalidArgumentError(StrCat("parameter '", key, "' must be a bool_param"));
-      }
-      (key == "sequence_start" ? req->sequence_start : req->sequence_end) = p.bool_param();
-    } else if (key != "binary_data_output") {
+    // The ones the server reads (core/request_parameters.h).
+    auto taken = core::ApplyRequestParameter(key, ToParameterValue(p), core::kGrpcParameterWords,
+                                             req.get());
+    if (!taken.ok()) return taken.status();
+    if (!*taken) {
       // The rest travel with the request as JSON (Triton's Python backend:
       // request.parameters()).
       if (!p.has_bool_param() && !p.has_int64_param() && !p.has_uint64_param() &&
@@ -226,7 +213,7 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
     if (!count.ok()) {
       return absl::InvalidArgumentError(StrCat("input '", in.name(), "': ", count.status().message()));
     }
-    auto shm = SharedMemoryParams(in.parameters(), StrCat("input '", in.name(), "'"));
+    auto shm = SharedMemoryParams(in.parameters(), "input", in.name());
     if (!shm.ok()) return shm.status();
     if (*shm) {
       if (HasContents(in.contents())) {
@@ -258,7 +245,7 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
       }
       ro.classification = it->second.int64_param();
     }
-    auto shm = SharedMemoryParams(out.parameters(), StrCat("output '", out.name(), "'"));
+    auto shm = SharedMemoryParams(out.parameters(), "output", out.name());
     if (!shm.ok()) return shm.status();
     ro.shm = *std::move(shm);
     req->outputs.push_back(std::move(ro));

@@ -346,11 +346,11 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
-    // An on-demand model loads first; the reactor finishes on the loader thread then.
+    // The server resolves the model (an on-demand one loads first: the reactor then finishes
+    // on the loader thread).
     auto* reactor = ctx->DefaultReactor();
-    server_->WhenAvailable(req->name(), [this, reactor, req, resp, version = *v](absl::Status st) {
-      if (!st.ok()) return reactor->Finish(ToGrpcStatus(st));
-      auto md = server_->GetModelMetadata(req->name(), version);
+    server_->GetModelMetadata(req->name(), *v, {}, [reactor, resp](
+                                                       absl::StatusOr<server::ModelMetadata> md) {
       if (!md.ok()) return reactor->Finish(ToGrpcStatus(md.status()));
       resp->set_name(md->name);
       for (const auto& ver : md->versions) resp->add_versions(ver);
@@ -410,11 +410,10 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     auto v = ParseVersion(req->version());
     if (!v.ok()) return Done(ctx, ToGrpcStatus(v.status()));
     auto* reactor = ctx->DefaultReactor();
-    server_->WhenAvailable(req->name(), [this, reactor, req, resp, version = *v](absl::Status st) {
-      if (!st.ok()) return reactor->Finish(ToGrpcStatus(st));
-      auto cfg = server_->GetModelConfig(req->name(), version);
+    server_->GetModelConfig(req->name(), *v, {}, [reactor, resp](
+                                                     absl::StatusOr<const config::ModelConfig*> cfg) {
       if (!cfg.ok()) return reactor->Finish(ToGrpcStatus(cfg.status()));
-      *resp->mutable_config() = *cfg;
+      *resp->mutable_config() = **cfg;
       reactor->Finish(grpc::Status::OK);
     });
     return reactor;

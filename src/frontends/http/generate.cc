@@ -263,10 +263,9 @@ void HandleGenerate(server::Server* server, const HttpRequest& request,
   };
   const std::string_view body = request.body;
   auto cancel = request.cancel;  // the client disconnecting cancels the request (and the stream)
-  // The model's inputs decide which keys are tensors: an on-demand model loads first.
-  server->WhenAvailable(model, [=](absl::Status st) {
-    if (!st.ok()) return fail(st);
-    auto md = server->GetModelMetadata(model, version);
+  // The model's inputs decide which keys are tensors: the server resolves the model first (an
+  // on-demand one loads), then the body is translated and run.
+  server->GetModelMetadata(model, version, {}, [=](absl::StatusOr<server::ModelMetadata> md) {
     if (!md.ok()) return fail(md.status());
     auto json = ToInferJson(body, *md);
     if (!json.ok()) return fail(json.status());

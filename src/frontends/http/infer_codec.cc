@@ -12,6 +12,7 @@
 #endif
 
 #include "common/strings.h"
+#include "core/request_parameters.h"
 #include "frontends/http/json_tensor.h"
 #include "rapidjson/document.h"
 #include "rapidjson/encodedstream.h"
@@ -647,40 +648,52 @@ static absl::Status CheckScalarParameters(const rapidjson::Value& params) {
   return absl::OkStatus();
 }
 
-// The shared-memory extension's parameters of one tensor: nullopt without
-// 'shared_memory_region'; 'shared_memory_byte_size' is required with it.
+// A JSON parameter value in the protocols' common form (core/request_parameters.h).
+static core::ParameterValue ToParameterValue(const rapidjson::Value& v) {
+  core::ParameterValue p;
+  using Kind = core::ParameterValue::Kind;
+  if (v.IsBool()) {
+    p.kind = Kind::kBool;
+    p.boolean = v.GetBool();
+  } else if (v.IsUint64()) {
+    p.kind = Kind::kUint64;
+    p.uint64 = v.GetUint64();
+  } else if (v.IsInt64()) {
+    p.kind = Kind::kInt64;
+    p.int64 = v.GetInt64();
+  } else if (v.IsNumber()) {
+    p.kind = Kind::kDouble;
+    p.number = v.GetDouble();
+  } else if (v.IsString()) {
+    p.kind = Kind::kString;
+    p.text = std::string_view(v.GetString(), v.GetStringLength());
+  }
+  return p;
+}
+
+// The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
+// `name` in errors): nullopt without 'shared_memory_region'; 'shared_memory_byte_size' is
+// required with it. A tensor without any of them (the common case) costs three lookups.
 static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
-    const rapidjson::Value& params, const std::string& what) {
-  auto region = params.FindMember("shared_memory_region");
-  auto offset = params.FindMember("shared_memory_offset");
-  auto size = params.FindMember("shared_memory_byte_size");
-  if (region == params.MemberEnd()) {
-    if (offset != params.MemberEnd() || size != params.MemberEnd()) {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          what, ": 'shared_memory_offset' and 'shared_memory_byte_size' need 'shared_memory_region'"));
+    const rapidjson::Value& params, std::string_view kind, const std::string& name) {
+  // Literal keys: rapidjson takes their length at compile time.
+  const auto end = params.MemberEnd();
+  const auto region = params.FindMember("shared_memory_region");
+  const auto offset = params.FindMember("shared_memory_offset");
+  const auto size = params.FindMember("shared_memory_byte_size");
+  if (region == end && offset == end && size == end) return std::optional<core::SharedMemoryRef>();
+  core::ParameterValue values[3];
+  const core::ParameterValue* found[3] = {nullptr, nullptr, nullptr};
+  int i = 0;
+  for (auto it : {region, offset, size}) {
+    if (it != end) {
+      values[i] = ToParameterValue(it->value);
+      found[i] = &values[i];
     }
-    return std::optional<core::SharedMemoryRef>();
+    ++i;
   }
-  if (!region->value.IsString()) {
-    return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_region' must be a string"));
-  }
-  core::SharedMemoryRef ref;
-  ref.region.assign(region->value.GetString(), region->value.GetStringLength());
-  if (offset != params.MemberEnd()) {
-    if (!offset->value.IsUint64()) {
-      return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_offset' must be a non-negative integer"));
-    }
-    ref.offset = offset->value.GetUint64();
-  }
-  if (size == params.MemberEnd()) {
-    return absl::InvalidArgumentError(inferd::StrCat(
-        what, ": 'shared_memory_byte_size' must be given with 'shared_memory_region'"));
-  }
-  if (!size->value.IsUint64()) {
-    return absl::InvalidArgumentError(inferd::StrCat(what, ": 'shared_memory_byte_size' must be a non-negative integer"));
-  }
-  ref.byte_size = size->value.GetUint64();
-  return std::optional<core::SharedMemoryRef>(std::move(ref));
+  return core::ParseSharedMemoryParameters(found[0], found[1], found[2], core::kJsonParameterWords,
+                                           inferd::StrCat(kind, " '", name, "'"));
 }
 
 bool OutputEncoding::IsBinary(std::string_view name) const {
@@ -725,46 +738,18 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     auto b = GetBoolParam(params, "binary_data_output", "request");
     if (!b.ok()) return b.status();
     parsed.encoding.binary_default = *b;
-    if (auto p = params.FindMember("priority"); p != params.MemberEnd()) {
-      if (!p->value.IsUint()) return absl::InvalidArgumentError("parameter 'priority' must be a non-negative integer");
-      req.priority = p->value.GetUint();
-    }
-    if (auto p = params.FindMember("timeout"); p != params.MemberEnd()) {
-      if (!p->value.IsUint64()) return absl::InvalidArgumentError("parameter 'timeout' must be a non-negative integer (microseconds)");
-      req.timeout_us = p->value.GetUint64();
-    }
-    // Sequence batcher parameters, as tritonclient sends them.
-    if (auto p = params.FindMember("sequence_id"); p != params.MemberEnd()) {
-      if (p->value.IsUint64()) {
-        req.sequence_id.number = p->value.GetUint64();
-      } else if (p->value.IsString()) {
-        req.sequence_id.is_string = true;
-        req.sequence_id.text.assign(p->value.GetString(), p->value.GetStringLength());
-      } else {
-        return absl::InvalidArgumentError(
-            "parameter 'sequence_id' must be a non-negative integer or a string");
-      }
-    }
-    for (auto [key, flag] : {std::pair{"sequence_start", &req.sequence_start},
-                             std::pair{"sequence_end", &req.sequence_end}}) {
-      if (auto p = params.FindMember(key); p != params.MemberEnd()) {
-        if (!p->value.IsBool()) {
-          return absl::InvalidArgumentError(inferd::StrCat("parameter '", key, "' must be a boolean"));
-        }
-        *flag = p->value.GetBool();
-      }
-    }
-    // The rest travel with the request (Triton's Python backend: request.parameters()).
+    // The ones the server reads (core/request_parameters.h); the rest travel with the request
+    // (Triton's Python backend: request.parameters()).
     rapidjson::StringBuffer rest;
     rapidjson::Writer<rapidjson::StringBuffer> rw(rest);
     rw.StartObject();
     bool any = false;
     for (const auto& m : params.GetObject()) {
       const std::string_view k(m.name.GetString(), m.name.GetStringLength());
-      if (k == "binary_data_output" || k == "priority" || k == "timeout" || k == "sequence_id" ||
-          k == "sequence_start" || k == "sequence_end") {
-        continue;
-      }
+      auto taken = core::ApplyRequestParameter(k, ToParameterValue(m.value),
+                                               core::kJsonParameterWords, &req);
+      if (!taken.ok()) return taken.status();
+      if (*taken) continue;
       rw.Key(m.name.GetString(), m.name.GetStringLength());
       m.value.Accept(rw);
       any = true;
@@ -811,7 +796,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
         binary_size = b->value.GetUint64();
       }
-      auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("input '", tensor.name, "'"));
+      auto shm = ParseSharedMemoryParams(p->value, "input", tensor.name);
       if (!shm.ok()) return shm.status();
       tensor.shm = *std::move(shm);
     }
@@ -914,7 +899,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         }
       }
       if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
-        auto shm = ParseSharedMemoryParams(p->value, inferd::StrCat("output '", ro.name, "'"));
+        auto shm = ParseSharedMemoryParams(p->value, "output", ro.name);
         if (!shm.ok()) return shm.status();
         if (*shm && p->value.HasMember("binary_data") && binary_flag) {
           return absl::InvalidArgumentError(inferd::StrCat(

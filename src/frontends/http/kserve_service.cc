@@ -10,6 +10,7 @@
 #include "frontends/http/content_encoding.h"
 #include "frontends/http/generate.h"
 #include "frontends/http/infer_codec.h"
+#include "frontends/http/infer_route.h"
 #include "frontends/http/shared_memory_routes.h"
 #include "frontends/http/trace_logging_routes.h"
 #include "rapidjson/document.h"
@@ -65,6 +66,26 @@ void WriteTensorMetadata(JsonWriter& w, const std::vector<server::TensorMetadata
     w.EndObject();
   }
   w.EndArray();
+}
+
+HttpResponse ModelMetadataJson(const server::ModelMetadata& md) {
+  rapidjson::StringBuffer buf;
+  JsonWriter w(buf);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, md.name);
+  w.Key("versions");
+  w.StartArray();
+  for (const auto& v : md.versions) WriteString(w, v);
+  w.EndArray();
+  w.Key("platform");
+  WriteString(w, md.platform);
+  w.Key("inputs");
+  WriteTensorMetadata(w, md.inputs);
+  w.Key("outputs");
+  WriteTensorMetadata(w, md.outputs);
+  w.EndObject();
+  return Json(200, buf);
 }
 
 // "/v2/models/a%2Fb/infer" -> {"v2", "models", "a/b", "infer"}; nullopt on a bad escape.
@@ -215,16 +236,16 @@ void KServeHttpService::Handle(const HttpRequest& request,
         version = *v;
         next = 5;
       }
-      // Metadata and config load an on-demand model first (readiness never does).
-      auto after_load = [this, &model, &reply](std::function<HttpResponse()> make) {
-        server_->WhenAvailable(model, [reply, make = std::move(make)](absl::Status st) {
-          if (!st.ok()) return reply([st] { return ErrorResponse(st); });
-          reply(make);
-        });
-      };
       if (s.size() == next) {
         if (!get) return method_not_allowed();
-        return after_load([this, model, version] { return ModelMetadata(model, version); });
+        // The server resolves the model: an on-demand one loads first (readiness never does).
+        server_->GetModelMetadata(model, version, {},
+                                  [reply](absl::StatusOr<server::ModelMetadata> md) {
+                                    auto r = std::make_shared<HttpResponse>(
+                                        md.ok() ? ModelMetadataJson(*md) : ErrorResponse(md.status()));
+                                    reply([r] { return std::move(*r); });
+                                  });
+        return;
       }
       if (s.size() == next + 1) {
         const std::string& action = s[next];
@@ -243,14 +264,19 @@ void KServeHttpService::Handle(const HttpRequest& request,
         }
         if (action == "config") {
           if (!get) return method_not_allowed();
-          return after_load([this, model, version] {
-            auto cfg = server_->GetModelConfig(model, version);
-            if (!cfg.ok()) return ErrorResponse(cfg.status());
-            HttpResponse r;
-            r.content_type = "application/json";
-            r.body = config::ModelConfigToJson(*cfg);
-            return r;
-          });
+          server_->GetModelConfig(
+              model, version, {}, [reply](absl::StatusOr<const config::ModelConfig*> cfg) {
+                HttpResponse r;
+                if (cfg.ok()) {
+                  r.content_type = "application/json";
+                  r.body = config::ModelConfigToJson(**cfg);
+                } else {
+                  r = ErrorResponse(cfg.status());
+                }
+                auto shared = std::make_shared<HttpResponse>(std::move(r));
+                reply([shared] { return std::move(*shared); });
+              });
+          return;
         }
         if (action == "stats") {
           if (!get) return method_not_allowed();
@@ -306,96 +332,13 @@ void KServeHttpService::HandleInfer(const HttpRequest& request,
     inflated.body = *body;
     auto owner = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<std::string>>>(
         std::move(body_owner), body);
-    return InferWithHeaderLength(inflated, std::move(owner), model, version, header_length,
-                                 std::move(reply));
+    return InferFromBody(server_, inflated, std::move(owner), model, version, header_length, {},
+                         std::move(reply));
   }
-  InferWithHeaderLength(request, std::move(body_owner), model, version, header_length,
-                        std::move(reply));
+  InferFromBody(server_, request, std::move(body_owner), model, version, header_length, {},
+                std::move(reply));
 }
 
-void KServeHttpService::InferWithHeaderLength(const HttpRequest& request,
-                                              std::shared_ptr<const void> body_owner,
-                                              const std::string& model, int64_t version,
-                                              std::optional<size_t> header_length, Reply reply) {
-  auto fail = [&reply](HttpResponse r) {
-    auto shared = std::make_shared<HttpResponse>(std::move(r));
-    reply([shared] { return std::move(*shared); });
-  };
-  const uint64_t received = core::NowNs();
-  absl::StatusOr<ParsedInfer> parsed;
-  if (header_length && *header_length == 0 && !server_->IsModelReady(model, -1) &&
-      server_->on_demand()) {
-    // A raw body needs the model's config: load an on-demand model first.
-    auto req = std::make_shared<HttpRequest>(request);
-    server_->WhenAvailable(model, [this, req, body_owner, model, version, header_length,
-                                   reply](absl::Status st) mutable {
-      if (!st.ok()) return reply([st] { return ErrorResponse(st); });
-      if (!server_->IsModelReady(model, -1)) {
-        return reply([this, model, version] {
-          return ErrorResponse(server_->GetModelConfig(model, version).status());
-        });
-      }
-      InferWithHeaderLength(*req, std::move(body_owner), model, version, header_length,
-                            std::move(reply));
-    });
-    return;
-  }
-  if (header_length && *header_length == 0) {
-    // A raw body is the data of the model's only input.
-    auto cfg = server_->GetModelConfig(model, version);
-    if (!cfg.ok()) return fail(ErrorResponse(cfg.status()));
-    if (cfg->input_size() != 1) {
-      return fail(ErrorResponse(400, inferd::StrCat(
-          "Inference-Header-Content-Length 0 sends a raw body, which needs a model with exactly one input; model '",
-          model, "' has ", cfg->input_size())));
-    }
-    RawInputSpec spec;
-    spec.name = cfg->input(0).name();
-    spec.datatype = config::FromProto(cfg->input(0).data_type());
-    spec.dims.assign(cfg->input(0).dims().begin(), cfg->input(0).dims().end());
-    spec.batching = cfg->max_batch_size() > 0;
-    parsed = ParseRawInferRequest(request.body, spec, body_owner);
-  } else {
-    parsed = ParseInferRequest(request.body, header_length, body_owner);
-  }
-  if (!parsed.ok()) return fail(ErrorResponse(parsed.status()));
-  std::unique_ptr<core::InferRequest> req = std::move(parsed->request);
-  req->model_name = model;
-  req->model_version = version;
-  req->times.received_ns = received;
-  req->cancel = request.cancel;  // the client disconnecting cancels it
-  auto encoding = std::make_shared<OutputEncoding>(std::move(parsed->encoding));
-  req->on_complete = [reply, encoding](std::unique_ptr<core::InferResponse> response) {
-    std::shared_ptr<core::InferResponse> shared(std::move(response));
-    reply([shared, encoding]() -> HttpResponse {
-      if (!shared->status.ok()) return ErrorResponse(shared->status);
-      return SerializeInferResponse(*shared, *encoding);
-    });
-  };
-  server_->Infer(std::move(req));
-}
-
-HttpResponse KServeHttpService::ModelMetadata(const std::string& model, int64_t version) {
-  auto md = server_->GetModelMetadata(model, version);
-  if (!md.ok()) return ErrorResponse(md.status());
-  rapidjson::StringBuffer buf;
-  JsonWriter w(buf);
-  w.StartObject();
-  w.Key("name");
-  WriteString(w, md->name);
-  w.Key("versions");
-  w.StartArray();
-  for (const auto& v : md->versions) WriteString(w, v);
-  w.EndArray();
-  w.Key("platform");
-  WriteString(w, md->platform);
-  w.Key("inputs");
-  WriteTensorMetadata(w, md->inputs);
-  w.Key("outputs");
-  WriteTensorMetadata(w, md->outputs);
-  w.EndObject();
-  return Json(200, buf);
-}
 
 HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t version) {
   auto stats = server_->GetStatistics(model, version);

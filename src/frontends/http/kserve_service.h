@@ -33,17 +33,9 @@ class KServeHttpService {
   // --http-restricted-api, for other HTTP frontends that serve the same categories.
   const ApiRestrictions& restrictions() const { return restrictions_; }
 
-  // One inference call whose JSON header length is already known (nullopt: all JSON; 0: a raw
-  // body for a one-input model). For other HTTP frontends (SageMaker) that carry the length
-  // differently. The reply carries Inference-Header-Content-Length when outputs are binary.
-  void InferWithHeaderLength(const HttpRequest& request, std::shared_ptr<const void> body_owner,
-                             const std::string& model, int64_t version,
-                             std::optional<size_t> header_length, Reply reply);
-
  private:
   void HandleInfer(const HttpRequest& request, std::shared_ptr<const void> body_owner,
                    const std::string& model, int64_t version, Reply reply);
-  HttpResponse ModelMetadata(const std::string& model, int64_t version);
   HttpResponse ModelStats(const std::string& model, int64_t version);
   HttpResponse RepositoryIndex(const HttpRequest& request);
   void RepositoryLoad(const HttpRequest& request, const std::string& model, bool load, Reply reply);

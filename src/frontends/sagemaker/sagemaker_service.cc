@@ -12,6 +12,7 @@
 #include "common/strings.h"
 #include "core/infer_request.h"
 #include "frontends/http/infer_codec.h"
+#include "frontends/http/infer_route.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -177,25 +178,12 @@ void SageMakerService::Handle(const HttpRequest& request, std::shared_ptr<const 
           inner([make = std::move(make), target] { return NameTargetModel(make(), target); });
         };
       }
-      const auto known = server_->UrlModels();
-      const bool loaded = known.count(name) > 0 || server_->IsModelReady(name, -1);
-      if (!loaded && !server_->on_demand()) {
-        return now(ErrorResponse(404, StrCat("model '", name, "' is not loaded")));
-      }
-      // Loaded, remembered after an eviction, or (on-demand) the TargetModel archive of the
-      // repository: the store loads it if it must, then the request runs.
-      auto req = std::make_shared<HttpRequest>(request);
-      auto shared_reply = std::make_shared<Reply>(std::move(reply));
-      server_->WhenAvailable(
-          name,
-          [this, req, owner = std::move(owner), name, shared_reply](absl::Status st) mutable {
-            if (!st.ok()) {
-              return (*shared_reply)([st] { return ErrorResponse(st); });
-            }
-            Invoke(*req, std::move(owner), name, std::move(*shared_reply));
-          },
-          target);
-      return;
+      // The server resolves the model: loaded, remembered after an eviction, or (on-demand)
+      // the TargetModel archive of the repository, loaded if it must be; otherwise 404.
+      server::ResolveOptions resolve;
+      resolve.source_name = target;
+      resolve.multi_model = true;
+      return Invoke(request, std::move(owner), name, resolve, std::move(reply));
     }
   }
   return now(ErrorResponse(404, StrCat("no SageMaker route for ", request.method, " ", path)));
@@ -219,11 +207,12 @@ void SageMakerService::Invocations(const HttpRequest& request, std::shared_ptr<c
     }
     model = names[0];
   }
-  Invoke(request, std::move(owner), model, std::move(reply));
+  Invoke(request, std::move(owner), model, {}, std::move(reply));
 }
 
 void SageMakerService::Invoke(const HttpRequest& request, std::shared_ptr<const void> owner,
-                              const std::string& model, Reply reply) {
+                              const std::string& model, const server::ResolveOptions& resolve,
+                              Reply reply) {
   std::optional<size_t> header_length;
   if (auto ct = request.Header("Content-Type")) {
     auto parsed = ParseSageMakerContentType(*ct, request.body.size());
@@ -235,8 +224,8 @@ void SageMakerService::Invoke(const HttpRequest& request, std::shared_ptr<const 
   auto wrapped = [reply](std::function<HttpResponse()> make) {
     reply([make = std::move(make)] { return ToSageMaker(make()); });
   };
-  kserve_->InferWithHeaderLength(request, std::move(owner), model, -1, header_length,
-                                 std::move(wrapped));
+  http::InferFromBody(server_, request, std::move(owner), model, -1, header_length, resolve,
+                      std::move(wrapped));
 }
 
 void SageMakerService::LoadModel(const HttpRequest& request, Reply reply) {

@@ -63,8 +63,10 @@ class SageMakerService {
  private:
   void Invocations(const http::HttpRequest& request, std::shared_ptr<const void> owner,
                    Reply reply);
+  // One invocation through the server facade (http::InferFromBody); `resolve` carries the
+  // multi-model contract and the TargetModel.
   void Invoke(const http::HttpRequest& request, std::shared_ptr<const void> owner,
-              const std::string& model, Reply reply);
+              const std::string& model, const server::ResolveOptions& resolve, Reply reply);
   void LoadModel(const http::HttpRequest& request, Reply reply);
   void UnloadModel(const std::string& name, Reply reply);
   http::HttpResponse ListModels(const http::HttpRequest& request);
