@@ -139,8 +139,8 @@ TEST(ImagePreprocessMathTest, PerElementMathsEqualsCpuBitForBit) {
   }
 }
 
-// ImageNet's settings on a camera-sized image: the figure the image_classifier runs.
-TEST(ImagePreprocessMathTest, ImageNetSettingsOnLargeImage) {
+// ImageNet's settings on a camera-sized image, as the image_classifier example runs them.
+Case ImageNetCase() {
   std::mt19937 rng(7);
   Case c;
   c.image = RandomImage(rng, 641, 479);
@@ -149,6 +149,11 @@ TEST(ImagePreprocessMathTest, ImageNetSettingsOnLargeImage) {
   c.settings.resize_shorter = 256;
   c.settings.mean = {0.485f, 0.456f, 0.406f};
   c.settings.std = {0.229f, 0.224f, 0.225f};
+  return c;
+}
+
+TEST(ImagePreprocessMathTest, ImageNetSettingsOnLargeImage) {
+  const Case c = ImageNetCase();
   EXPECT_EQ(FirstDifference(c, CpuOutput(c), PerElementOutput(c)), "") << c.Describe();
 }
 
@@ -214,18 +219,7 @@ TEST(ImagePreprocessKernelTest, KernelEqualsCpuBitForBit) {
   ASSERT_TRUE(stream.ok()) << stream.status();
   std::mt19937 rng(4242);
   for (int i = 0; i < 200; ++i) {
-    const Case c = i == 0 ? [] {
-      std::mt19937 r(7);
-      Case big;
-      big.image = RandomImage(r, 641, 479);
-      big.settings.output_width = big.settings.output_height = 224;
-      big.settings.resize_mode = ResizeMode::kShorterSideCenterCrop;
-      big.settings.resize_shorter = 256;
-      big.settings.mean = {0.485f, 0.456f, 0.406f};
-      big.settings.std = {0.229f, 0.224f, 0.225f};
-      return big;
-    }()
-                          : RandomCase(rng);
+    const Case c = i == 0 ? ImageNetCase() : RandomCase(rng);
     const math::PreprocessParams p = MathParamsFor(c.image.width, c.image.height, c.settings);
     const size_t out_bytes = ItemBytes(c.settings);
     auto pixels = runtime.AllocateDevice(0, c.image.pixels.size());
