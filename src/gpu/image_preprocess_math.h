@@ -5,7 +5,8 @@
 // Exactness: every floating-point operation goes through MulF/AddF/... (and the double ones),
 // which on the device are the round-to-nearest intrinsics that nvcc never fuses into an FMA;
 // on the host they are the plain operators (x86-64 without -mfma, as this project builds, does
-// not contract them either). Everything else is integer arithmetic. So a value computed here on
+// not contract them either; a build for an FMA target, -march=native, must compile
+// image_transform.cc with -ffp-contract=off, or the GPU test, KernelEqualsCpuBitForBit, fails). Everything else is integer arithmetic. So a value computed here on
 // the host equals the one the kernel computes, and both equal the CPU path's, bit for bit.
 //
 // Plain C++17, no includes beyond <cstdint>/<cmath>: nvcc compiles it without Abseil.
