@@ -16,6 +16,8 @@
 namespace inferd::backends::image {
 namespace {
 
+namespace math = ::inferd::gpu::image_math;
+
 constexpr int kMaxOutputSide = 16384;
 constexpr int64_t kMaxMaxPixels = int64_t{1} << 30;
 
@@ -167,9 +169,11 @@ void PreprocessTyped(const RgbImage& image, const PreprocessSettings& s, Out* ou
   for (int c = 0; c < 3; ++c) {
     source_channel[c] = s.channel_order == ChannelOrder::kRGB ? c : 2 - c;
     // value = (pixel * scale - mean) / std, folded to one multiply-add.
-    mul[c] = s.scale / s.std[c];
-    add[c] = -s.mean[c] / s.std[c];
+    math::NormalizeCoefficients(s.scale, s.mean[c], s.std[c], &mul[c], &add[c]);
   }
+  // The per-element arithmetic is gpu/image_preprocess_math.h's, shared with the CUDA kernel;
+  // here the taps are planned once per axis and the loops walk rows, which inlines to the same
+  // code as before the functions were shared.
   const uint8_t* pixels = image.pixels.data();
   for (int y = 0; y < out_h; ++y) {
     const AxisTap& ty = ys[y];
@@ -186,14 +190,12 @@ void PreprocessTyped(const RgbImage& image, const PreprocessSettings& s, Out* ou
       const size_t pixel = static_cast<size_t>(y) * out_w + x;
       for (int c = 0; c < 3; ++c) {
         const int sc = source_channel[c];
-        const float top = p00[sc] + wx * (static_cast<float>(p01[sc]) - p00[sc]);
-        const float bottom = p10[sc] + wx * (static_cast<float>(p11[sc]) - p10[sc]);
-        const float v = top + wy * (bottom - top);
-        const size_t index = nchw ? c * plane + pixel : pixel * 3 + c;
+        const float v = math::Blend(p00[sc], p01[sc], p10[sc], p11[sc], wx, wy);
+        const size_t index = static_cast<size_t>(math::OutputIndex(nchw, c, pixel, plane));
         if constexpr (std::is_same_v<Out, float>) {
-          out[index] = v * mul[c] + add[c];
+          out[index] = math::Normalize(v, mul[c], add[c]);
         } else {
-          out[index] = static_cast<uint8_t>(std::clamp(std::floor(v + 0.5f), 0.0f, 255.0f));
+          out[index] = math::ToUint8(v);
         }
       }
     }
@@ -350,20 +352,31 @@ ResizePlan PlanResize(int src_width, int src_height, const PreprocessSettings& s
 
 std::vector<AxisTap> PlanAxis(int in, int resized, int offset, int out, Interpolation mode) {
   std::vector<AxisTap> taps(out);
-  const double scale = static_cast<double>(in) / resized;
   for (int d = 0; d < out; ++d) {
-    const double centre = (d + offset + 0.5) * scale;
-    AxisTap& t = taps[d];
-    if (mode == Interpolation::kNearest) {
-      t.lo = t.hi = std::min(static_cast<int>(centre), in - 1);
-      continue;
-    }
-    const double src = std::max(centre - 0.5, 0.0);
-    t.lo = std::min(static_cast<int>(src), in - 1);
-    t.hi = std::min(t.lo + 1, in - 1);
-    t.frac = static_cast<float>(src - t.lo);
+    taps[d] = math::TapAt(in, resized, offset, d, mode == Interpolation::kNearest);
   }
   return taps;
+}
+
+math::PreprocessParams MathParamsFor(int src_width, int src_height, const PreprocessSettings& s) {
+  const ResizePlan plan = PlanResize(src_width, src_height, s);
+  math::PreprocessParams p;
+  p.src_width = src_width;
+  p.src_height = src_height;
+  p.out_width = s.output_width;
+  p.out_height = s.output_height;
+  p.resized_width = plan.resized_width;
+  p.resized_height = plan.resized_height;
+  p.crop_left = plan.crop_left;
+  p.crop_top = plan.crop_top;
+  p.nearest = s.interpolation == Interpolation::kNearest;
+  p.nchw = s.layout == Layout::kNCHW;
+  p.uint8_output = s.output_type == DataType::kUint8;
+  for (int c = 0; c < 3; ++c) {
+    p.source_channel[c] = s.channel_order == ChannelOrder::kRGB ? c : 2 - c;
+    math::NormalizeCoefficients(s.scale, s.mean[c], s.std[c], &p.mul[c], &p.add[c]);
+  }
+  return p;
 }
 
 void Preprocess(const RgbImage& image, const PreprocessSettings& s, void* out) {

@@ -7,11 +7,13 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "backends/image_codec/image_decode.h"
 #include "common/data_type.h"
 #include "config/model_config_util.h"
+#include "gpu/image_preprocess_math.h"
 
 namespace inferd::backends::image {
 
@@ -59,16 +61,15 @@ struct ResizePlan {
 };
 ResizePlan PlanResize(int src_width, int src_height, const PreprocessSettings& s);
 
-// Source sampling along one axis for output positions [0, out): half-pixel centres
-// (align_corners=False, no antialiasing), src = (dst + offset + 0.5) * in / resized - 0.5
-// clamped at 0; bilinear reads lo and hi = min(lo + 1, in - 1) with weight `frac` on hi.
-// Nearest reads floor((dst + offset + 0.5) * in / resized), clamped to in - 1.
-struct AxisTap {
-  int lo = 0;
-  int hi = 0;
-  float frac = 0.0f;
-};
+// Source sampling along one axis for output positions [0, out): gpu/image_preprocess_math.h's
+// TapAt (half-pixel centres, align_corners=False, no antialiasing) for each position.
+using AxisTap = ::inferd::gpu::image_math::AxisTap;
 std::vector<AxisTap> PlanAxis(int in, int resized, int offset, int out, Interpolation mode);
+
+// What the shared per-element maths (and the CUDA kernel) need for one item of an image of
+// src_width x src_height: the plan, the layout, the channel order and the folded normalization.
+::inferd::gpu::image_math::PreprocessParams MathParamsFor(int src_width, int src_height,
+                                                          const PreprocessSettings& s);
 
 // Writes one item (3 * output_height * output_width elements of output_type) to `out`.
 void Preprocess(const RgbImage& image, const PreprocessSettings& s, void* out);
