@@ -1,7 +1,6 @@
 #include "backends/dali/dali_backend.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,8 +20,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace inferd::backends {
 namespace dali {
@@ -696,48 +694,26 @@ absl::StatusOr<std::string> SerializeDaliPy(const std::string& python,
   const std::string log_path = dir + "/log.txt";
   const std::string script = PyDaliDirectory() + "/inferd_dali_serialize.py";
 
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string_view kv(*e);
-    if (kv.rfind("PYTHONPATH=", 0) == 0) continue;
-    env_strings.emplace_back(kv);
+  SpawnOptions child;
+  for (std::string& kv : CurrentEnvironment()) {
+    if (kv.rfind("PYTHONPATH=", 0) != 0) child.env.push_back(std::move(kv));
   }
   // Our nvidia.dali first: a real DALI installed on the machine must not be picked up.
-  env_strings.push_back("PYTHONPATH=" + PyDaliDirectory());
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string py = python, scr = script, src = dali_py, dst = out_path;
-  std::vector<char*> argv = {py.data(), scr.data(), src.data(), dst.data(), nullptr};
+  child.env.push_back("PYTHONPATH=" + PyDaliDirectory());
+  child.program = python;
+  child.argv = {python, script, dali_py, out_path};
 
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (log_fd < 0) return absl::InternalError("cannot create the serializer's log file");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigset_t defaults;
-  sigfillset(&defaults);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, py.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  child.stdin_dev_null = true;
+  child.fds = {{log_fd, 1}, {log_fd, 2}};
+  absl::StatusOr<pid_t> pid = SpawnProcess(child);
   close(log_fd);
-  if (rc != 0) {
+  if (!pid.ok()) {
     return absl::FailedPreconditionError(inferd::StrCat(
-        "cannot start '", python, "' to serialize ", dali_py, ": ", std::strerror(rc)));
+        "cannot start '", python, "' to serialize ", dali_py, ": ", pid.status().message()));
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = WaitForExit(*pid);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     auto log = ReadFile(log_path);
     std::string tail = log.ok() ? *log : "";
