@@ -486,27 +486,20 @@ class OnnxRuntimeBackend : public Backend {
         }
       }
       const bool batching = config->max_batch_size() > 0;
+      // Fills a config input or output (ModelInput / ModelOutput) from the session's tensor.
+      auto complete = [batching](const auto& io, auto* tensor) {
+        tensor->set_name(io.name);
+        tensor->set_data_type(config::ToProto(io.type));
+        bool has_reshape = false;
+        inference::ModelTensorReshape reshape;
+        CompleteTensorDims(io.shape, batching, tensor->mutable_dims(), &reshape, &has_reshape);
+        if (has_reshape) *tensor->mutable_reshape() = reshape;
+      };
       if (config->input_size() == 0) {
-        for (const auto& io : ins) {
-          auto* in = config->add_input();
-          in->set_name(io.name);
-          in->set_data_type(config::ToProto(io.type));
-          bool has_reshape = false;
-          inference::ModelTensorReshape reshape;
-          CompleteTensorDims(io.shape, batching, in->mutable_dims(), &reshape, &has_reshape);
-          if (has_reshape) *in->mutable_reshape() = reshape;
-        }
+        for (const auto& io : ins) complete(io, config->add_input());
       }
       if (config->output_size() == 0) {
-        for (const auto& io : outs) {
-          auto* out = config->add_output();
-          out->set_name(io.name);
-          out->set_data_type(config::ToProto(io.type));
-          bool has_reshape = false;
-          inference::ModelTensorReshape reshape;
-          CompleteTensorDims(io.shape, batching, out->mutable_dims(), &reshape, &has_reshape);
-          if (has_reshape) *out->mutable_reshape() = reshape;
-        }
+        for (const auto& io : outs) complete(io, config->add_output());
       }
     } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return AutoCompleteError(model_path, absl::InvalidArgumentError(e.what()));
