@@ -344,6 +344,11 @@ constexpr std::string_view kParameters[] = {
     "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
     "enable_mem_pattern", "memory.enable_memory_arena_shrinkage", "allow_spinning", "session.*",
     "optimized_model_filepath"};
+// A key a published article uses that no Triton backend reads (CPU and GPU instances alike).
+constexpr UnappliedParameter kCpuMemArenaUnapplied = {
+    "enable_cpu_mem_arena",
+    "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
+    "backend does not read either; the key for that is 'enable_mem_arena' (default true)"};
 // Keys Triton's onnxruntime backend gives the CUDA execution provider of GPU instances (and one
 // a published article uses that no Triton backend reads): a WARNING line each.
 constexpr UnappliedParameter kUnapplied[] = {
@@ -359,9 +364,7 @@ constexpr UnappliedParameter kUnapplied[] = {
     {"arena_extend_strategy",
      "it would set how the CUDA execution provider's arena grows (Triton gives it to that "
      "provider only, not to the CPU arena); this server has no GPU"},
-    {"enable_cpu_mem_arena",
-     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
-     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+    kCpuMemArenaUnapplied,
 };
 constexpr ConfigSupport kConfigSupport = {.parameters = kParameters,
                                           .unapplied = kUnapplied,
@@ -374,9 +377,7 @@ constexpr std::string_view kGpuParameters[] = {
     "optimized_model_filepath", "gpu_mem_limit", "cudnn_conv_algo_search",
     "do_copy_in_default_stream", "arena_extend_strategy"};
 constexpr UnappliedParameter kGpuUnapplied[] = {
-    {"enable_cpu_mem_arena",
-     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
-     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+    kCpuMemArenaUnapplied,
 };
 constexpr ConfigSupport kGpuConfigSupport = {.parameters = kGpuParameters,
                                              .unapplied = kGpuUnapplied,
