@@ -565,27 +565,24 @@ class OnnxRuntimeBackend : public Backend {
     auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
     if (!settings.ok()) return settings.status();
     if (gpu) settings->not_applying.clear();  // the CUDA keys go to the CUDA provider
-    if (index == 0 && gpu) {
+    if (index == 0) {
+      const std::string_view why =
+          gpu ? "this build has no TensorRT (libnvinfer); the CUDA execution provider runs the "
+                "model"
+              : "Triton adds it (the TensorRT or CUDA execution provider) to GPU instances "
+                "only; this server has no GPU";
       for (const auto& acc :
            spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
         LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": gpu_execution_accelerator '" << acc.name()
-                    << "' has no effect: this build has no TensorRT (libnvinfer); the CUDA "
-                       "execution provider runs the model";
+                    << ": gpu_execution_accelerator '" << acc.name() << "' has no effect: "
+                    << why;
       }
-    } else if (index == 0) {
-      for (const auto& acc :
-           spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
-        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": gpu_execution_accelerator '" << acc.name()
-                    << "' has no effect: Triton adds it (the TensorRT or CUDA execution "
-                       "provider) to GPU instances only; this server has no GPU";
-      }
-      if (spec.config->optimization().execution_accelerators().cpu_execution_accelerator_size()) {
-        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": cpu_execution_accelerator 'openvino' has no effect: this build has no "
-                       "OpenVINO execution provider; ONNX Runtime's CPU provider runs the model";
-      }
+    }
+    if (index == 0 && !gpu &&
+        spec.config->optimization().execution_accelerators().cpu_execution_accelerator_size()) {
+      LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
+                  << ": cpu_execution_accelerator 'openvino' has no effect: this build has no "
+                     "OpenVINO execution provider; ONNX Runtime's CPU provider runs the model";
     }
     try {
       Ort::SessionOptions options;
