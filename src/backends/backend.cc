@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <new>
 
 #include "common/logging.h"
 #include "common/strings.h"
@@ -153,6 +155,17 @@ void FailBatch(std::span<core::InferResponse* const> responses, const absl::Stat
   for (auto* r : responses) {
     r->outputs.clear();
     r->status = status;
+  }
+}
+
+void FailBatchOnException(std::string_view who, std::span<core::InferResponse* const> responses,
+                          absl::FunctionRef<void()> run) {
+  try {
+    run();
+  } catch (const std::bad_alloc&) {
+    FailBatch(responses, absl::ResourceExhaustedError(inferd::StrCat(who, ": out of memory")));
+  } catch (const std::exception& e) {
+    FailBatch(responses, absl::InternalError(inferd::StrCat(who, ": ", e.what())));
   }
 }
 

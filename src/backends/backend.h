@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
@@ -185,6 +186,12 @@ Shape BackendInputShape(const inference::ModelInput& input, const Shape& request
 // The error fan-out of a batch that failed as a whole: every response gets `status` and loses
 // any outputs already written.
 void FailBatch(std::span<core::InferResponse* const> responses, const absl::Status& status);
+
+// Runs `run` (an instance's work on a batch) so that no exception leaves the backend: one that
+// escapes fails the whole batch (FailBatch), std::bad_alloc as RESOURCE_EXHAUSTED
+// "<who>: out of memory", any other std::exception as INTERNAL "<who>: <what()>".
+void FailBatchOnException(std::string_view who, std::span<core::InferResponse* const> responses,
+                          absl::FunctionRef<void()> run);
 
 // Walks a BYTES buffer (4-byte little-endian length + bytes per element), calling
 // fn(string_view) for each element. Fails when the buffer is not well formed.

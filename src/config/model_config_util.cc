@@ -331,21 +331,27 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
         "model '", model_name, "': field 'max_batch_size' must be >= 0, got ",
         config->max_batch_size()));
   }
+  // The checks an input and an output share (ModelInput / ModelOutput); `kind` is "input" or
+  // "output". `names` holds the names of that kind seen so far.
   absl::flat_hash_set<std::string> names;
-  for (const auto& in : config->input()) {
-    if (in.name().empty()) {
-      return absl::InvalidArgumentError(inferd::StrCat("model '", model_name, "': an input has no name"));
-    }
-    if (!names.insert(in.name()).second) {
+  auto check_tensor = [&](std::string_view kind, const auto& t) -> absl::Status {
+    if (t.name().empty()) {
       return absl::InvalidArgumentError(
-          inferd::StrCat("model '", model_name, "': input '", in.name(), "' is declared twice"));
+          inferd::StrCat("model '", model_name, "': an ", kind, " has no name"));
     }
-    if (in.data_type() == inference::TYPE_INVALID) {
+    if (!names.insert(t.name()).second) {
+      return absl::InvalidArgumentError(inferd::StrCat("model '", model_name, "': ", kind, " '",
+                                                       t.name(), "' is declared twice"));
+    }
+    if (t.data_type() == inference::TYPE_INVALID) {
       return absl::InvalidArgumentError(inferd::StrCat(
-          "model '", model_name, "': input '", in.name(), "' must set 'data_type'"));
+          "model '", model_name, "': ", kind, " '", t.name(), "' must set 'data_type'"));
     }
-    RETURN_IF_ERROR(ValidateTensorDims(model_name, "input", in.name(), in.dims(), in.has_reshape(),
-                                       in.reshape().shape()));
+    return ValidateTensorDims(model_name, kind, t.name(), t.dims(), t.has_reshape(),
+                              t.reshape().shape());
+  };
+  for (const auto& in : config->input()) {
+    RETURN_IF_ERROR(check_tensor("input", in));
     // Triton's rule: an image layout names three dimensions.
     if ((in.format() == inference::ModelInput::FORMAT_NHWC ||
          in.format() == inference::ModelInput::FORMAT_NCHW) &&
@@ -358,19 +364,7 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   }
   names.clear();
   for (const auto& out : config->output()) {
-    if (out.name().empty()) {
-      return absl::InvalidArgumentError(inferd::StrCat("model '", model_name, "': an output has no name"));
-    }
-    if (!names.insert(out.name()).second) {
-      return absl::InvalidArgumentError(
-          inferd::StrCat("model '", model_name, "': output '", out.name(), "' is declared twice"));
-    }
-    if (out.data_type() == inference::TYPE_INVALID) {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          "model '", model_name, "': output '", out.name(), "' must set 'data_type'"));
-    }
-    RETURN_IF_ERROR(ValidateTensorDims(model_name, "output", out.name(), out.dims(),
-                                       out.has_reshape(), out.reshape().shape()));
+    RETURN_IF_ERROR(check_tensor("output", out));
   }
   if (config->platform() != "ensemble") {
     if (config->instance_group_size() == 0) {

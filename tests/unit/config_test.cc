@@ -88,6 +88,44 @@ TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
   }
 }
 
+// The whole message of each check inputs and outputs share, for both kinds (one function
+// serves both: the kind must still be named right).
+TEST(ModelConfigTest, InputAndOutputChecksNameTheKind) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"backend: \"identity\" input [{data_type: TYPE_FP32 dims: [2]}]",
+       "model 'm': an input has no name"},
+      {"backend: \"identity\" output [{data_type: TYPE_FP32 dims: [2]}]",
+       "model 'm': an output has no name"},
+      {"backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2]}, "
+       "{name: \"a\" data_type: TYPE_FP32 dims: [2]}]",
+       "model 'm': input 'a' is declared twice"},
+      {"backend: \"identity\" output [{name: \"a\" data_type: TYPE_FP32 dims: [2]}, "
+       "{name: \"a\" data_type: TYPE_FP32 dims: [2]}]",
+       "model 'm': output 'a' is declared twice"},
+      {"backend: \"identity\" input [{name: \"a\" dims: [2]}]",
+       "model 'm': input 'a' must set 'data_type'"},
+      {"backend: \"identity\" output [{name: \"a\" dims: [2]}]",
+       "model 'm': output 'a' must set 'data_type'"},
+  };
+  for (const auto& c : cases) {
+    auto cfg = ParseModelConfigText(c.text, "config.pbtxt");
+    ASSERT_TRUE(cfg.ok()) << c.text << ": " << cfg.status();
+    absl::Status st = NormalizeAndValidate(&*cfg, "m");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_EQ(st.message(), c.message) << c.text;
+  }
+  // An input and an output may share a name (Triton allows it).
+  auto cfg = ParseModelConfigText(
+      "backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2]}] "
+      "output [{name: \"a\" data_type: TYPE_FP32 dims: [2]}]",
+      "config.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+}
+
 TEST(ModelConfigTest, JsonPrintsIntegersAsNumbersAndEveryField) {
   auto cfg = ParseModelConfigText(
       "name: \"m\" max_batch_size: 4 input [{name: \"a\" data_type: TYPE_FP32 dims: [3, -1]}]",

@@ -1,7 +1,6 @@
 #include "backends/dali/dali_backend.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,11 +17,11 @@
 #include "backends/dali/dali_ops.h"
 #include "backends/dali/dali_pipeline.h"
 #include "backends/module_backend.h"
+#include "common/data_type.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/strings.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace inferd::backends {
 namespace dali {
@@ -40,57 +39,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-// IEEE half from float, rounding to nearest even.
-uint16_t ToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000;
-    const int shift = 14 - exp;
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // may carry into the exponent: fine
-  return static_cast<uint16_t>(sign | h);
-}
-
-float FromHalf(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  int exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t x;
-  if (exp == 0x1f) {
-    x = sign | 0x7f800000 | (mant << 13);
-  } else if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {
-      exp = 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      x = sign | (static_cast<uint32_t>(exp + 127 - 15) << 23) | (mant << 13);
-    }
-  } else {
-    x = sign | (static_cast<uint32_t>(exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
 }
 
 template <typename T>
@@ -117,7 +65,7 @@ void WriteValues(DaliType type, const FloatBuffer& v, char* out) {
     case DaliType::kBool: Store<uint8_t>(v, out); break;
     case DaliType::kFloat16:
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = ToHalf(v[i]);
+        const uint16_t h = inferd::FloatToHalf(v[i]);
         std::memcpy(out + 2 * i, &h, 2);
       }
       break;
@@ -155,7 +103,7 @@ float ReadElement(DataType type, const char* p) {
     case DataType::kFp16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      return FromHalf(h);
+      return inferd::HalfToFloat(h);
     }
     default: return 0.0f;
   }
@@ -267,13 +215,7 @@ class DaliInstance : public ModelInstance {
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     times->input_end_ns = core::NowNs();
-    try {
-      Run(requests, responses);
-    } catch (const std::bad_alloc&) {
-      FailBatch(responses, absl::ResourceExhaustedError("dali backend: out of memory"));
-    } catch (const std::exception& e) {
-      FailBatch(responses, absl::InternalError(inferd::StrCat("dali backend: ", e.what())));
-    }
+    FailBatchOnException("dali backend", responses, [&] { Run(requests, responses); });
     times->output_start_ns = core::NowNs();
   }
 
@@ -696,48 +638,26 @@ absl::StatusOr<std::string> SerializeDaliPy(const std::string& python,
   const std::string log_path = dir + "/log.txt";
   const std::string script = PyDaliDirectory() + "/inferd_dali_serialize.py";
 
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string_view kv(*e);
-    if (kv.rfind("PYTHONPATH=", 0) == 0) continue;
-    env_strings.emplace_back(kv);
+  SpawnOptions child;
+  for (std::string& kv : CurrentEnvironment()) {
+    if (kv.rfind("PYTHONPATH=", 0) != 0) child.env.push_back(std::move(kv));
   }
   // Our nvidia.dali first: a real DALI installed on the machine must not be picked up.
-  env_strings.push_back("PYTHONPATH=" + PyDaliDirectory());
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string py = python, scr = script, src = dali_py, dst = out_path;
-  std::vector<char*> argv = {py.data(), scr.data(), src.data(), dst.data(), nullptr};
+  child.env.push_back("PYTHONPATH=" + PyDaliDirectory());
+  child.program = python;
+  child.argv = {python, script, dali_py, out_path};
 
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (log_fd < 0) return absl::InternalError("cannot create the serializer's log file");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigset_t defaults;
-  sigfillset(&defaults);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, py.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  child.stdin_dev_null = true;
+  child.fds = {{log_fd, 1}, {log_fd, 2}};
+  absl::StatusOr<pid_t> pid = SpawnProcess(child);
   close(log_fd);
-  if (rc != 0) {
+  if (!pid.ok()) {
     return absl::FailedPreconditionError(inferd::StrCat(
-        "cannot start '", python, "' to serialize ", dali_py, ": ", std::strerror(rc)));
+        "cannot start '", python, "' to serialize ", dali_py, ": ", pid.status().message()));
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = WaitForExit(*pid);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     auto log = ReadFile(log_path);
     std::string tail = log.ok() ? *log : "";

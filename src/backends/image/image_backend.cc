@@ -64,13 +64,7 @@ class ImageInstance : public ModelInstance {
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     times->input_end_ns = core::NowNs();
-    try {
-      Run(requests, responses);
-    } catch (const std::bad_alloc&) {
-      FailBatch(responses, absl::ResourceExhaustedError("image backend: out of memory"));
-    } catch (const std::exception& e) {
-      FailBatch(responses, absl::InternalError(inferd::StrCat("image backend: ", e.what())));
-    }
+    FailBatchOnException("image backend", responses, [&] { Run(requests, responses); });
     times->output_start_ns = core::NowNs();
   }
 

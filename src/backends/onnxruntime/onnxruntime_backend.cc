@@ -344,6 +344,11 @@ constexpr std::string_view kParameters[] = {
     "intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
     "enable_mem_pattern", "memory.enable_memory_arena_shrinkage", "allow_spinning", "session.*",
     "optimized_model_filepath"};
+// A key a published article uses that no Triton backend reads (CPU and GPU instances alike).
+constexpr UnappliedParameter kCpuMemArenaUnapplied = {
+    "enable_cpu_mem_arena",
+    "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
+    "backend does not read either; the key for that is 'enable_mem_arena' (default true)"};
 // Keys Triton's onnxruntime backend gives the CUDA execution provider of GPU instances (and one
 // a published article uses that no Triton backend reads): a WARNING line each.
 constexpr UnappliedParameter kUnapplied[] = {
@@ -359,9 +364,7 @@ constexpr UnappliedParameter kUnapplied[] = {
     {"arena_extend_strategy",
      "it would set how the CUDA execution provider's arena grows (Triton gives it to that "
      "provider only, not to the CPU arena); this server has no GPU"},
-    {"enable_cpu_mem_arena",
-     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
-     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+    kCpuMemArenaUnapplied,
 };
 constexpr ConfigSupport kConfigSupport = {.parameters = kParameters,
                                           .unapplied = kUnapplied,
@@ -374,9 +377,7 @@ constexpr std::string_view kGpuParameters[] = {
     "optimized_model_filepath", "gpu_mem_limit", "cudnn_conv_algo_search",
     "do_copy_in_default_stream", "arena_extend_strategy"};
 constexpr UnappliedParameter kGpuUnapplied[] = {
-    {"enable_cpu_mem_arena",
-     "it is ONNX Runtime's Python name for the CPU memory arena, which Triton's onnxruntime "
-     "backend does not read either; the key for that is 'enable_mem_arena' (default true)"},
+    kCpuMemArenaUnapplied,
 };
 constexpr ConfigSupport kGpuConfigSupport = {.parameters = kGpuParameters,
                                              .unapplied = kGpuUnapplied,
@@ -486,27 +487,20 @@ class OnnxRuntimeBackend : public Backend {
         }
       }
       const bool batching = config->max_batch_size() > 0;
+      // Fills a config input or output (ModelInput / ModelOutput) from the session's tensor.
+      auto complete = [batching](const auto& io, auto* tensor) {
+        tensor->set_name(io.name);
+        tensor->set_data_type(config::ToProto(io.type));
+        bool has_reshape = false;
+        inference::ModelTensorReshape reshape;
+        CompleteTensorDims(io.shape, batching, tensor->mutable_dims(), &reshape, &has_reshape);
+        if (has_reshape) *tensor->mutable_reshape() = reshape;
+      };
       if (config->input_size() == 0) {
-        for (const auto& io : ins) {
-          auto* in = config->add_input();
-          in->set_name(io.name);
-          in->set_data_type(config::ToProto(io.type));
-          bool has_reshape = false;
-          inference::ModelTensorReshape reshape;
-          CompleteTensorDims(io.shape, batching, in->mutable_dims(), &reshape, &has_reshape);
-          if (has_reshape) *in->mutable_reshape() = reshape;
-        }
+        for (const auto& io : ins) complete(io, config->add_input());
       }
       if (config->output_size() == 0) {
-        for (const auto& io : outs) {
-          auto* out = config->add_output();
-          out->set_name(io.name);
-          out->set_data_type(config::ToProto(io.type));
-          bool has_reshape = false;
-          inference::ModelTensorReshape reshape;
-          CompleteTensorDims(io.shape, batching, out->mutable_dims(), &reshape, &has_reshape);
-          if (has_reshape) *out->mutable_reshape() = reshape;
-        }
+        for (const auto& io : outs) complete(io, config->add_output());
       }
     } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return AutoCompleteError(model_path, absl::InvalidArgumentError(e.what()));
@@ -571,27 +565,24 @@ class OnnxRuntimeBackend : public Backend {
     auto settings = ort::SettingsFromConfig(*spec.config, spec.total_instances, spec.cpu_cores);
     if (!settings.ok()) return settings.status();
     if (gpu) settings->not_applying.clear();  // the CUDA keys go to the CUDA provider
-    if (index == 0 && gpu) {
+    if (index == 0) {
+      const std::string_view why =
+          gpu ? "this build has no TensorRT (libnvinfer); the CUDA execution provider runs the "
+                "model"
+              : "Triton adds it (the TensorRT or CUDA execution provider) to GPU instances "
+                "only; this server has no GPU";
       for (const auto& acc :
            spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
         LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": gpu_execution_accelerator '" << acc.name()
-                    << "' has no effect: this build has no TensorRT (libnvinfer); the CUDA "
-                       "execution provider runs the model";
+                    << ": gpu_execution_accelerator '" << acc.name() << "' has no effect: "
+                    << why;
       }
-    } else if (index == 0) {
-      for (const auto& acc :
-           spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
-        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": gpu_execution_accelerator '" << acc.name()
-                    << "' has no effect: Triton adds it (the TensorRT or CUDA execution "
-                       "provider) to GPU instances only; this server has no GPU";
-      }
-      if (spec.config->optimization().execution_accelerators().cpu_execution_accelerator_size()) {
-        LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
-                    << ": cpu_execution_accelerator 'openvino' has no effect: this build has no "
-                       "OpenVINO execution provider; ONNX Runtime's CPU provider runs the model";
-      }
+    }
+    if (index == 0 && !gpu &&
+        spec.config->optimization().execution_accelerators().cpu_execution_accelerator_size()) {
+      LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
+                  << ": cpu_execution_accelerator 'openvino' has no effect: this build has no "
+                     "OpenVINO execution provider; ONNX Runtime's CPU provider runs the model";
     }
     try {
       Ort::SessionOptions options;

@@ -26,6 +26,7 @@
 #include "common/status_macros.h"
 #include "common/rooted_dir.h"
 #include "common/strings.h"
+#include "common/subprocess.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -486,10 +487,7 @@ class PythonInstance : public ModelInstance {
       launching_pid_ = -1;
     }
     if (!st.ok()) {
-      kill(proc->stub->pid(), SIGKILL);
-      int status = 0;
-      while (waitpid(proc->stub->pid(), &status, 0) < 0 && errno == EINTR) {
-      }
+      inferd::KillAndReap(proc->stub->pid());
       return st;
     }
     return proc;
@@ -985,10 +983,8 @@ class PythonInstance : public ModelInstance {
         inferd::MutexLock lock(&mu_);
         proc = proc_;
       }
-      int status = 0;
-      while (waitpid(proc->stub->pid(), &status, 0) < 0 && errno == EINTR) {
-      }
-      const std::string cause = python::DescribeWaitStatus(status);
+      const std::string cause =
+          inferd::DescribeWaitStatus(inferd::WaitForExit(proc->stub->pid()));
       {
         inferd::MutexLock lock(&mu_);
         proc->exited = true;
@@ -1005,9 +1001,7 @@ class PythonInstance : public ModelInstance {
         inferd::MutexLock lock(&mu_);
         if (next.ok()) {
           if (stopping_) {
-            kill((*next)->stub->pid(), SIGKILL);
-            int st = 0;
-            waitpid((*next)->stub->pid(), &st, 0);
+            inferd::KillAndReap((*next)->stub->pid());
             restarting_ = false;
             return;
           }
@@ -1143,9 +1137,7 @@ class PythonBackend : public Backend {
     (void)(*stub)->Send(R"({"op":"finalize"})");
     const pid_t pid = (*stub)->pid();
     stub->reset();  // closes the socket: the stub exits on EOF
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    inferd::WaitForExit(pid);
     if (!reply.ok()) return reply.status();
     auto doc = ParseMessage(*reply, config->name());
     if (!doc.ok()) return doc.status();

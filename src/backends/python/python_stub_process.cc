@@ -3,23 +3,19 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "common/strings.h"
+#include "common/subprocess.h"
 #include "core/infer_request.h"
-
-extern char** environ;
 
 namespace inferd::backends::python {
 namespace {
@@ -36,16 +32,6 @@ int HighFd(int fd) {
 }
 
 }  // namespace
-
-std::string DescribeWaitStatus(int status) {
-  if (WIFEXITED(status)) return inferd::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* name = strsignal(sig);
-    return inferd::StrCat("was killed by signal ", sig, " (", name ? name : "?", ")");
-  }
-  return inferd::StrCat("stopped (wait status ", status, ")");
-}
 
 absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec& spec) {
   std::unique_ptr<StubProcess> p(new StubProcess());
@@ -94,70 +80,45 @@ absl::StatusOr<std::unique_ptr<StubProcess>> StubProcess::Spawn(const LaunchSpec
     }
   }
 
-  std::vector<std::string> env_strings;
   std::string python_path;
   for (const auto& dir : spec.python_path) {
     if (!python_path.empty()) python_path += ":";
     python_path += dir;
   }
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string_view kv(*e);
+  SpawnOptions child;
+  for (std::string& kv : CurrentEnvironment()) {
     if (kv.rfind("INFERD_PYTHON_", 0) == 0) continue;
     if (kv.rfind("PYTHONPATH=", 0) == 0) {
       if (!python_path.empty()) python_path += ":";
-      python_path += std::string(kv.substr(11));
+      python_path += kv.substr(11);
       continue;
     }
     bool overridden = false;
     for (const auto& [k, v] : spec.extra_env) overridden |= kv.rfind(k + "=", 0) == 0;
-    if (!overridden) env_strings.emplace_back(kv);
+    if (!overridden) child.env.push_back(std::move(kv));
   }
-  if (!python_path.empty()) env_strings.push_back("PYTHONPATH=" + python_path);
-  for (const auto& [k, v] : spec.extra_env) env_strings.push_back(k + "=" + v);
-  env_strings.push_back("INFERD_PYTHON_FD=3");
-  env_strings.push_back("INFERD_PYTHON_SHM_FD=4");
-  env_strings.push_back("INFERD_PYTHON_DOORBELL_IN=5");   // the process's: inferd rings it
-  env_strings.push_back("INFERD_PYTHON_DOORBELL_OUT=6");
-  env_strings.push_back("INFERD_PYTHON_SLOT_IN=7");
-  env_strings.push_back("INFERD_PYTHON_SLOT_OUT=8");
-  env_strings.push_back(inferd::StrCat("INFERD_PYTHON_SHM_GROWTH=", p->growth_));
-  env_strings.push_back("PYTHONUNBUFFERED=1");
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::string stub = spec.stub_dir + "/inferd_python_stub.py";
-  std::string python = spec.python;
-  std::vector<char*> argv = {python.data(), stub.data(), nullptr};
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, child_sock, 3);
-  posix_spawn_file_actions_adddup2(&actions, p->tensors_.fd, 4);
-  posix_spawn_file_actions_adddup2(&actions, p->doorbell_out_, 5);
-  posix_spawn_file_actions_adddup2(&actions, p->doorbell_in_, 6);
-  posix_spawn_file_actions_adddup2(&actions, p->slot_out_.fd, 7);
-  posix_spawn_file_actions_adddup2(&actions, p->slot_in_.fd, 8);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // The child must not inherit inferd's blocked signals (main blocks SIGTERM/SIGINT for sigwait).
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigset_t defaults;
-  sigfillset(&defaults);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, python.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  if (!python_path.empty()) child.env.push_back("PYTHONPATH=" + python_path);
+  for (const auto& [k, v] : spec.extra_env) child.env.push_back(k + "=" + v);
+  child.env.push_back("INFERD_PYTHON_FD=3");
+  child.env.push_back("INFERD_PYTHON_SHM_FD=4");
+  child.env.push_back("INFERD_PYTHON_DOORBELL_IN=5");   // the process's: inferd rings it
+  child.env.push_back("INFERD_PYTHON_DOORBELL_OUT=6");
+  child.env.push_back("INFERD_PYTHON_SLOT_IN=7");
+  child.env.push_back("INFERD_PYTHON_SLOT_OUT=8");
+  child.env.push_back(inferd::StrCat("INFERD_PYTHON_SHM_GROWTH=", p->growth_));
+  child.env.push_back("PYTHONUNBUFFERED=1");
+  child.program = spec.python;
+  child.argv = {spec.python, spec.stub_dir + "/inferd_python_stub.py"};
+  child.fds = {{child_sock, 3},           {p->tensors_.fd, 4},   {p->doorbell_out_, 5},
+               {p->doorbell_in_, 6},      {p->slot_out_.fd, 7},  {p->slot_in_.fd, 8}};
+  absl::StatusOr<pid_t> pid = SpawnProcess(child);
   close(child_sock);
-  if (rc != 0) {
-    return absl::FailedPreconditionError(inferd::StrCat(
-        spec.label, ": cannot start the Python interpreter '", python, "': ", std::strerror(rc)));
+  if (!pid.ok()) {
+    return absl::FailedPreconditionError(
+        inferd::StrCat(spec.label, ": cannot start the Python interpreter '", spec.python,
+                       "': ", pid.status().message()));
   }
-  p->pid_ = pid;
+  p->pid_ = *pid;
   return p;
 }
 

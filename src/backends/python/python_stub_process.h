@@ -98,7 +98,4 @@ class StubProcess {
   size_t in_pos_ = 0;
 };
 
-// "exited with status 3", "was killed by signal 9 (Killed)".
-std::string DescribeWaitStatus(int status);
-
 }  // namespace inferd::backends::python
