@@ -466,18 +466,22 @@ std::vector<repository::IndexEntry> Server::RepositoryIndex(bool ready_only) con
   return lifecycle_->Index(ready_only);
 }
 
+absl::Status Server::CheckRepositoryControl(std::string_view name) const {
+  if (auto st = repository::ValidateModelName(name); !st.ok()) return st;
+  if (options_.control_mode != ControlMode::kExplicit &&
+      options_.control_mode != ControlMode::kOnDemand) {
+    return absl::FailedPreconditionError(
+        "explicit model load / unload is not allowed unless --model-control-mode=explicit "
+        "(or on-demand)");
+  }
+  return absl::OkStatus();
+}
+
 void Server::LoadModel(std::string name, std::optional<std::string> config_json,
                        std::function<void(absl::Status)> done,
                        std::map<std::string, std::string> files) {
-  if (auto st = repository::ValidateModelName(name); !st.ok()) {
+  if (auto st = CheckRepositoryControl(name); !st.ok()) {
     done(st);
-    return;
-  }
-  if (options_.control_mode != ControlMode::kExplicit &&
-      options_.control_mode != ControlMode::kOnDemand) {
-    done(absl::FailedPreconditionError(
-        "explicit model load / unload is not allowed unless --model-control-mode=explicit "
-        "(or on-demand)"));
     return;
   }
   if (!files.empty() && !config_json) {
@@ -514,15 +518,8 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
 
 void Server::UnloadModel(std::string name, std::function<void(absl::Status)> done,
                          bool unload_dependents) {
-  if (auto st = repository::ValidateModelName(name); !st.ok()) {
+  if (auto st = CheckRepositoryControl(name); !st.ok()) {
     done(st);
-    return;
-  }
-  if (options_.control_mode != ControlMode::kExplicit &&
-      options_.control_mode != ControlMode::kOnDemand) {
-    done(absl::FailedPreconditionError(
-        "explicit model load / unload is not allowed unless --model-control-mode=explicit "
-        "(or on-demand)"));
     return;
   }
   auto task = [this, name = std::move(name), done, unload_dependents]() {

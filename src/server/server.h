@@ -170,6 +170,9 @@ class Server {
   TraceManager& trace() { return *trace_; }
 
  private:
+  // Whether a load or unload of `name` may go ahead: a valid name, and a control mode that
+  // allows the repository API to load and unload.
+  absl::Status CheckRepositoryControl(std::string_view name) const;
   void PollLoop();
   // Runs `request` on its resolved model: decoupled set-up, shared memory, validation,
   // tracing, classification, the response cache, then the model's scheduler.
