@@ -1383,43 +1383,21 @@ void ModelLifecycle::Poll() {
   inferd::MutexLock pass_lock(&pass_mu_);
   Scan scan = index_.List();
   if (!scan.errors.empty()) return;  // an unreachable repository is not a removed model
-  std::vector<std::string> removed;
-  std::map<std::string, Listed> changed;
+  // What the store holds, for the index to compare with the listing.
+  std::map<std::string, RepositoryIndex::Held, std::less<>> held;
   {
     inferd::MutexLock lock(&mu_);
     for (const auto& [name, entry] : entries_) {
-      if (entry.residency == Residency::kPinned && !scan.models.count(name) &&
-          !(entry.origin && !entry.origin->url.empty())) {
-        removed.push_back(name);
-      }
-    }
-    for (const auto& [name, listed] : scan.models) {
-      if (listed.model.archive) continue;
-      auto it = entries_.find(name);
-      if (it == entries_.end() || it->second.source_fingerprint != listed.model.fingerprint) {
-        changed[name] = listed;
-      }
-    }
-    if (options_.namespacing) {
-      // A name that a second repository gained or lost changes key ("m" <->
-      // "<repository>::m"): the ensembles that run it resolve their steps again.
-      std::set<std::string> rekeyed;
-      for (const auto& name : removed) rekeyed.insert(PlainName(name));
-      for (const auto& [name, listed] : changed) {
-        if (!entries_.count(name)) rekeyed.insert(listed.model.name);
-      }
-      for (const auto& [name, entry] : entries_) {
-        auto listed = scan.models.find(name);
-        if (rekeyed.empty() || changed.count(name) || listed == scan.models.end()) continue;
-        for (const auto& step : StepModelsLocked(entry)) {
-          if (rekeyed.count(PlainName(step))) {
-            changed[name] = listed->second;
-            break;
-          }
-        }
-      }
+      RepositoryIndex::Held& h = held[name];
+      h.source_fingerprint = entry.source_fingerprint;
+      h.removable = entry.residency == Residency::kPinned &&
+                    !(entry.origin && !entry.origin->url.empty());
+      if (options_.namespacing) h.steps = StepModelsLocked(entry);
     }
   }
+  RepositoryIndex::Diff diff = index_.Compare(scan, held);
+  std::vector<std::string>& removed = diff.removed;
+  std::map<std::string, Listed>& changed = diff.changed;
   // Only what has settled loads: a model folder being copied or a file overwritten in place
   // would load half-written, and serve wrong answers (or fail) until the next change. Triton
   // reloads on the first change it sees; this waits one poll more, or none for files older

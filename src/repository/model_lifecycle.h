@@ -23,7 +23,8 @@
 // accounting, the part of a load that creates the backend's instances is serialized, so each
 // model's footprint is the process's RSS growth over its own load.
 //
-// Its rooms: RepositoryIndex (the repositories and one pass over what they hold), VersionState
+// Its rooms: RepositoryIndex (the repositories, one pass over what they hold, and a poll's
+// diff of that pass against what the store holds, which the store then acts on), VersionState
 // (one version's legal transitions), MemoryBudget (reservations, footprints, the eviction
 // policy's calls) and LoadWaiters (requests waiting for on-demand loads, and their reaper).
 // ServingMap (serving_map.h) is what serves: the store publishes each READY / unload
