@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kUnloadedReason[] = "unloaded";
+// References the store itself holds to a ready model: its version slot and the serving map.
+constexpr long kStoreRefs = 2;
 // A name no repository held is looked up again only after this long.
 constexpr uint64_t kNotFoundTtlNs = 2'000'000'000;
 // The longest name of one file or folder (Linux's NAME_MAX), and of a "file:" parameter's path.
@@ -604,6 +606,7 @@ int64_t ModelLifecycle::SwapIn(const std::string& name, const std::string& finge
     }
   }
   e.versions = std::move(fresh);
+  PublishLocked(name);
   bool any_ready = false;
   for (const auto& [v, slot] : e.versions) {
     total_footprint += slot.footprint;
@@ -1348,6 +1351,7 @@ void ModelLifecycle::RetireLocked(const std::string& name, std::string_view reas
       (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(reason));
     }
   }
+  serving_.Unpublish(name);  // none of its versions serves now
   budget_.Retire(name, leaving);
   for (const auto& p : it->second.parts) {
     if (p != name && !SharedPartLocked(p, name)) RetireLocked(p, reason, retired);
@@ -1369,6 +1373,7 @@ void ModelLifecycle::UnloadAll() {
   {
     inferd::MutexLock lock(&mu_);
     retired.swap(entries_);
+    serving_.Clear();
     budget_.ClearSettled();
   }
   retired.clear();
@@ -1378,43 +1383,21 @@ void ModelLifecycle::Poll() {
   inferd::MutexLock pass_lock(&pass_mu_);
   Scan scan = index_.List();
   if (!scan.errors.empty()) return;  // an unreachable repository is not a removed model
-  std::vector<std::string> removed;
-  std::map<std::string, Listed> changed;
+  // What the store holds, for the index to compare with the listing.
+  std::map<std::string, RepositoryIndex::Held, std::less<>> held;
   {
     inferd::MutexLock lock(&mu_);
     for (const auto& [name, entry] : entries_) {
-      if (entry.residency == Residency::kPinned && !scan.models.count(name) &&
-          !(entry.origin && !entry.origin->url.empty())) {
-        removed.push_back(name);
-      }
-    }
-    for (const auto& [name, listed] : scan.models) {
-      if (listed.model.archive) continue;
-      auto it = entries_.find(name);
-      if (it == entries_.end() || it->second.source_fingerprint != listed.model.fingerprint) {
-        changed[name] = listed;
-      }
-    }
-    if (options_.namespacing) {
-      // A name that a second repository gained or lost changes key ("m" <->
-      // "<repository>::m"): the ensembles that run it resolve their steps again.
-      std::set<std::string> rekeyed;
-      for (const auto& name : removed) rekeyed.insert(PlainName(name));
-      for (const auto& [name, listed] : changed) {
-        if (!entries_.count(name)) rekeyed.insert(listed.model.name);
-      }
-      for (const auto& [name, entry] : entries_) {
-        auto listed = scan.models.find(name);
-        if (rekeyed.empty() || changed.count(name) || listed == scan.models.end()) continue;
-        for (const auto& step : StepModelsLocked(entry)) {
-          if (rekeyed.count(PlainName(step))) {
-            changed[name] = listed->second;
-            break;
-          }
-        }
-      }
+      RepositoryIndex::Held& h = held[name];
+      h.source_fingerprint = entry.source_fingerprint;
+      h.removable = entry.residency == Residency::kPinned &&
+                    !(entry.origin && !entry.origin->url.empty());
+      if (options_.namespacing) h.steps = StepModelsLocked(entry);
     }
   }
+  RepositoryIndex::Diff diff = index_.Compare(scan, held);
+  std::vector<std::string>& removed = diff.removed;
+  std::map<std::string, Listed>& changed = diff.changed;
   // Only what has settled loads: a model folder being copied or a file overwritten in place
   // would load half-written, and serve wrong answers (or fail) until the next change. Triton
   // reloads on the first change it sees; this waits one poll more, or none for files older
@@ -1582,14 +1565,17 @@ bool ModelLifecycle::EvictableLocked(const std::string& name, const Entry& e) co
   for (const auto& [v, slot] : e.versions) {
     if (!slot.model) continue;
     loaded = true;
-    // The registry's reference is the only one: no request holds the model.
-    if (slot.model.use_count() > 1 || slot.model->InFlight() > 0) return false;
+    // The store's references (its slot and the serving map's) are the only ones: no request
+    // holds the model.
+    if (slot.model.use_count() > kStoreRefs || slot.model->InFlight() > 0) return false;
   }
   for (const auto& p : e.parts) {
     auto it = entries_.find(p);
     if (it == entries_.end()) continue;
     for (const auto& [v, slot] : it->second.versions) {
-      if (slot.model && (slot.model.use_count() > 1 || slot.model->InFlight() > 0)) return false;
+      if (slot.model && (slot.model.use_count() > kStoreRefs || slot.model->InFlight() > 0)) {
+        return false;
+      }
     }
   }
   return loaded;
@@ -1699,9 +1685,30 @@ std::string ModelLifecycle::PlainName(const std::string& key) const {
   return index_.PlainName(key);
 }
 
+void ModelLifecycle::PublishLocked(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return serving_.Unpublish(key);
+  ServingMap::Versions ready;
+  for (const auto& [v, slot] : it->second.versions) {
+    if (slot.state.ready() && slot.model) ready.emplace(v, slot.model);
+  }
+  serving_.Publish(key, std::move(ready), it->second.usage);
+}
+
 absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_view name,
                                                                     int64_t version,
                                                                     bool count_use) const {
+  // The hot path: one reader lock and one hash lookup in the serving map, never mu_.
+  if (std::shared_ptr<const Model> model = serving_.Find(name, version, count_use)) {
+    if (count_use) hits_.fetch_add(1, std::memory_order_relaxed);
+    return model;
+  }
+  return LookupSlow(name, version, count_use);
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::LookupSlow(std::string_view name,
+                                                                        int64_t version,
+                                                                        bool count_use) const {
   inferd::ReaderMutexLock lock(&mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) {
@@ -1755,7 +1762,9 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::Lookup(std::string_
 
 std::vector<std::shared_ptr<const Model>> ModelLifecycle::ReadyVersions(
     std::string_view name) const {
-  std::vector<std::shared_ptr<const Model>> out;
+  std::vector<std::shared_ptr<const Model>> out = serving_.ReadyVersions(name);
+  if (!out.empty()) return out;
+  // Not served under that key: a namespaced copy, or nothing ready.
   inferd::ReaderMutexLock lock(&mu_);
   auto key = ResolveLocked(name);
   if (!key.ok()) return out;

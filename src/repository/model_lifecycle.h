@@ -19,13 +19,16 @@
 // Threads: loads of different models run in parallel on the store's loader pool
 // (--model-load-thread-count) or on the caller's thread; two loads of one model never run at
 // once (the second waits for the first, and an on-demand request joins the running load).
-// Lookups (Get) take a short shared lock and never wait for a load. With a budget and RSS
+// Lookups (Get) take only the serving map's short shared lock and never wait for a load. With a budget and RSS
 // accounting, the part of a load that creates the backend's instances is serialized, so each
 // model's footprint is the process's RSS growth over its own load.
 //
-// Its rooms: RepositoryIndex (the repositories and one pass over what they hold), VersionState
+// Its rooms: RepositoryIndex (the repositories, one pass over what they hold, and a poll's
+// diff of that pass against what the store holds, which the store then acts on), VersionState
 // (one version's legal transitions), MemoryBudget (reservations, footprints, the eviction
 // policy's calls) and LoadWaiters (requests waiting for on-demand loads, and their reaper).
+// ServingMap (serving_map.h) is what serves: the store publishes each READY / unload
+// transition into it, and Get and its friends read it without taking mu_.
 // Their mutexes are leaves below this store's mu_.
 //
 // Thread-safe. Open() once before anything else.
@@ -54,6 +57,7 @@
 #include "repository/memory_budget.h"
 #include "repository/model.h"
 #include "repository/repository_index.h"
+#include "repository/serving_map.h"
 #include "repository/source.h"
 #include "repository/version_state.h"
 
@@ -203,11 +207,8 @@ class ModelLifecycle {
   };
   // A slot for a version whose load begins (LOADING).
   static VersionSlot NewSlot(const std::string& name, int64_t version);
-  // How often and how recently a model is used; shared with Get's callers without the lock.
-  struct Usage {
-    std::atomic<uint64_t> uses{0};
-    std::atomic<uint64_t> last_used_ns{0};
-  };
+  // How often and how recently a model is used; counted by the serving map's lookups.
+  using Usage = ModelUsage;
   // Where a model comes from, so it can be loaded again after an eviction.
   struct Origin {
     Source* source = nullptr;  // a repository entry (`source_name` in it)
@@ -330,9 +331,17 @@ class ModelLifecycle {
   // The model's own name of a store key ("<repository>::m" -> "m").
   std::string PlainName(const std::string& key) const;
   bool IsReadyAtDepth(std::string_view name, int64_t version, int depth) const;
-  // Get, which counts a use (for the eviction policy and the hit metric) only with count_use.
+  // Get, which counts a use (for the eviction policy and the hit metric) only with count_use:
+  // the serving map, and on a miss LookupSlow.
   absl::StatusOr<std::shared_ptr<const Model>> Lookup(std::string_view name, int64_t version,
                                                       bool count_use) const;
+  // Lookup under mu_: resolves a namespaced name, and says why a model is not served.
+  absl::StatusOr<std::shared_ptr<const Model>> LookupSlow(std::string_view name, int64_t version,
+                                                          bool count_use) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes the serving map show `key`'s ready versions (none when it has no entry). Called after
+  // every change to which of its versions are READY.
+  void PublishLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds `source_name` in the repositories (first that holds it) and fetches it locally.
   absl::StatusOr<Located> Locate(const std::string& source_name);
   // source->Fetch, with what it downloaded counted in the metrics.
@@ -402,6 +411,8 @@ class ModelLifecycle {
   std::map<std::string, uint64_t, std::less<>> not_found_ ABSL_GUARDED_BY(mu_);
   mutable StoreCounters counters_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> hits_{0};
+  // The ready versions, as requests see them (published under mu_; read without it).
+  ServingMap serving_;
 
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Requests waiting for on-demand loads, and their reaper (its mutex is a leaf: called under

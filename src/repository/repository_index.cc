@@ -86,4 +86,37 @@ size_t RepositoryIndex::CopiesOf(const Scan& scan, std::string_view name) const 
   return copies;
 }
 
+RepositoryIndex::Diff RepositoryIndex::Compare(
+    const Scan& scan, const std::map<std::string, Held, std::less<>>& held) const {
+  Diff diff;
+  for (const auto& [name, h] : held) {
+    if (h.removable && !scan.models.count(name)) diff.removed.push_back(name);
+  }
+  for (const auto& [name, listed] : scan.models) {
+    if (listed.model.archive) continue;
+    auto it = held.find(name);
+    if (it == held.end() || it->second.source_fingerprint != listed.model.fingerprint) {
+      diff.changed[name] = listed;
+    }
+  }
+  if (!namespacing_) return diff;
+  std::set<std::string> rekeyed;
+  for (const auto& name : diff.removed) rekeyed.insert(PlainName(name));
+  for (const auto& [name, listed] : diff.changed) {
+    if (!held.count(name)) rekeyed.insert(listed.model.name);
+  }
+  if (rekeyed.empty()) return diff;
+  for (const auto& [name, h] : held) {
+    auto listed = scan.models.find(name);
+    if (diff.changed.count(name) || listed == scan.models.end()) continue;
+    for (const auto& step : h.steps) {
+      if (rekeyed.count(PlainName(step))) {
+        diff.changed[name] = listed->second;
+        break;
+      }
+    }
+  }
+  return diff;
+}
+
 }  // namespace inferd::repository

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,26 @@ class RepositoryIndex {
   // Lists every repository now. One that cannot be listed is named in `errors` (and logged);
   // the others are listed still.
   Scan List() const;
+
+  // What the store holds of one model, for a poll's diff.
+  struct Held {
+    std::string source_fingerprint;  // the listing's fingerprint at its last load
+    // Loaded from the repositories and pinned: a listing without it unloads it (a model
+    // loaded on demand or from a URL stays).
+    bool removable = false;
+    // The store keys its loaded ensemble's steps name (only needed under --model-namespacing).
+    std::set<std::string> steps;
+  };
+  // What a poll acts on: the held models `scan` no longer lists, and the listed models that
+  // are new or whose files changed (an archive's entries are never reloaded by a poll). Under
+  // --model-namespacing a name that a repository gained or lost changes key ("m" <->
+  // "<repository>::m"), so the ensembles that run it count as changed too (their steps resolve
+  // again).
+  struct Diff {
+    std::vector<std::string> removed;
+    std::map<std::string, Listed> changed;
+  };
+  Diff Compare(const Scan& scan, const std::map<std::string, Held, std::less<>>& held) const;
 
   // The model's own name of a store key ("<repository>::m" -> "m"); the key itself otherwise.
   std::string PlainName(const std::string& key) const;

@@ -102,5 +102,72 @@ TEST_F(RepositoryIndexTest, AModelAddedIsSeenByTheNextPass) {
   EXPECT_THAT(Keys(index.List()), ElementsAre("m", "x", "z"));
 }
 
+// ---- a poll's diff -----------------------------------------------------------------------------
+
+std::vector<std::string> ChangedKeys(const RepositoryIndex::Diff& diff) {
+  std::vector<std::string> keys;
+  for (const auto& [k, listed] : diff.changed) keys.push_back(k);
+  return keys;
+}
+
+RepositoryIndex::Listed ListedAs(const std::string& name, const std::string& fingerprint,
+                                 bool archive = false) {
+  return {nullptr, SourceModel{name, fingerprint, archive}};
+}
+
+TEST(RepositoryIndexDiffTest, NewChangedAndRemovedModels) {
+  RepositoryIndex index(/*namespacing=*/false);
+  RepositoryIndex::Scan scan;
+  scan.models["same"] = ListedAs("same", "f1");
+  scan.models["edited"] = ListedAs("edited", "f2");
+  scan.models["new"] = ListedAs("new", "f1");
+  scan.models["pack.tar.gz"] = ListedAs("pack.tar.gz", "f1", /*archive=*/true);
+  std::map<std::string, RepositoryIndex::Held, std::less<>> held;
+  held["same"] = {"f1", true, {}};
+  held["edited"] = {"f1", true, {}};
+  held["gone"] = {"f1", true, {}};
+  held["on_demand"] = {"f1", false, {}};  // loaded on demand or from a URL: a poll leaves it
+  const RepositoryIndex::Diff diff = index.Compare(scan, held);
+  EXPECT_THAT(diff.removed, ElementsAre("gone"));
+  EXPECT_THAT(ChangedKeys(diff), ElementsAre("edited", "new"));
+  EXPECT_EQ(diff.changed.at("edited").model.fingerprint, "f2");
+}
+
+TEST(RepositoryIndexDiffTest, NothingChangedIsAnEmptyDiff) {
+  RepositoryIndex index(/*namespacing=*/false);
+  RepositoryIndex::Scan scan;
+  scan.models["m"] = ListedAs("m", "f1");
+  std::map<std::string, RepositoryIndex::Held, std::less<>> held;
+  held["m"] = {"f1", true, {}};
+  const RepositoryIndex::Diff diff = index.Compare(scan, held);
+  EXPECT_THAT(diff.removed, IsEmpty());
+  EXPECT_THAT(ChangedKeys(diff), IsEmpty());
+}
+
+// Under --model-namespacing, "x" gaining a second copy changes its key: the ensemble that runs
+// it is reloaded (its steps resolve again) though its own files did not change.
+TEST_F(RepositoryIndexTest, ANameThatChangesKeyReloadsTheEnsemblesThatRunIt) {
+  AddModel(a_, "e");
+  RepositoryIndex index(/*namespacing=*/true);
+  ASSERT_TRUE(index.Open({a_, b_}, SourceOptions{}).ok());
+  const RepositoryIndex::Scan before = index.List();
+  ASSERT_EQ(before.models.count("x"), 1u);
+  std::map<std::string, RepositoryIndex::Held, std::less<>> held;
+  for (const auto& [key, listed] : before.models) held[key] = {listed.model.fingerprint, true, {}};
+  held["e"].steps = {"x"};
+  EXPECT_THAT(ChangedKeys(index.Compare(before, held)), IsEmpty());
+
+  AddModel(b_, "x");
+  const RepositoryIndex::Diff diff = index.Compare(index.List(), held);
+  EXPECT_THAT(diff.removed, ElementsAre("x"));
+  EXPECT_THAT(ChangedKeys(diff), ElementsAre(a_ + "::x", b_ + "::x", "e"));
+
+  // Without namespacing the same change makes "x" a duplicate: removed, and "e" is left alone.
+  RepositoryIndex plain(/*namespacing=*/false);
+  ASSERT_TRUE(plain.Open({a_, b_}, SourceOptions{}).ok());
+  const RepositoryIndex::Diff plain_diff = plain.Compare(plain.List(), held);
+  EXPECT_EQ(plain_diff.changed.count("e"), 0u);
+}
+
 }  // namespace
 }  // namespace inferd::repository
