@@ -808,72 +808,24 @@ absl::StatusOr<std::string> ModelLifecycle::FetchCounted(Source* source, const s
 }
 
 absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::Locate(const std::string& source_name) {
-  for (const auto& source : index_.sources()) {
-    Located found;
-    auto dir = FetchCounted(source.get(), source_name, &found.fetch);
-    if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
-    if (!dir.ok()) return dir.status();
-    found.source = source.get();
-    found.source_name = source_name;
-    found.dir = *dir;
-    return found;
-  }
-  std::vector<std::string> urls;
-  for (const auto& s : index_.sources()) urls.push_back(s->url());
-  return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
-                                    StrJoin(urls, ", "), ") holds it"));
+  return index_.Locate(source_name, [this](Source* source, const std::string& name,
+                                           FetchStats* stats) {
+    return FetchCounted(source, name, stats);
+  });
 }
 
 absl::StatusOr<ModelLifecycle::Located> ModelLifecycle::FetchUrl(const std::string& url) {
-  Located found;
-  if (url.rfind("s3://", 0) != 0) {
-    std::error_code ec;
-    if (!fs::exists(url, ec)) {
-      return absl::InvalidArgumentError(StrCat("'url' ", url, " does not exist"));
-    }
-    if (fs::is_directory(url, ec)) {
-      found.dir = url;
-      return found;
-    }
-    if (!IsArchiveName(url)) {
-      return absl::InvalidArgumentError(
-          StrCat("'url' ", url, " is a file but not a .tar.gz, .tgz or .tar archive"));
-    }
-  }
-  if (url.rfind("s3://", 0) == 0) {
-    const std::string_view rest = std::string_view(url).substr(5);
-    const size_t slash = rest.find('/');
-    if (slash == std::string_view::npos || slash == 0 || slash + 1 >= rest.size()) {
-      return absl::InvalidArgumentError(StrCat("'url' ", url, " must be s3://<bucket>/<key>"));
-    }
-  }
-  // An archive or an S3 object: fetched through a source for its parent folder or prefix.
-  std::string parent = url;
-  while (!parent.empty() && parent.back() == '/') parent.pop_back();
-  const size_t slash = parent.rfind('/');
-  if (slash == std::string::npos || slash + 1 >= parent.size()) {
-    return absl::InvalidArgumentError(StrCat("'url' ", url, " names no model"));
-  }
-  const std::string leaf = parent.substr(slash + 1);
-  parent = parent.substr(0, slash);
-  if (parent.empty()) parent = "/";
-  auto source = OpenSource(parent, options_.sources);
-  if (!source.ok()) return source.status();
-  auto dir = FetchCounted(source->get(), leaf, &found.fetch);
-  if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) {
-    inferd::MutexLock lock(&mu_);
-    ++counters_.load_failures;
-  }
-  if (!dir.ok()) {
-    // The caller's URL is wrong (missing object, denied): a client error naming it.
-    if (dir.status().code() == absl::StatusCode::kNotFound ||
-        dir.status().code() == absl::StatusCode::kPermissionDenied) {
-      return absl::InvalidArgumentError(dir.status().message());
-    }
-    return dir.status();
-  }
-  found.dir = *dir;
-  return found;
+  return RepositoryIndex::LocateUrl(
+      url, options_.sources, [this](Source* source, const std::string& name, FetchStats* stats) {
+        auto dir = FetchCounted(source, name, stats);
+        if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) {
+          // A URL names one object: its absence fails the load (FetchCounted leaves NOT_FOUND
+          // uncounted, Locate asking each repository in turn).
+          inferd::MutexLock lock(&mu_);
+          ++counters_.load_failures;
+        }
+        return dir;
+      });
 }
 
 absl::Status ModelLifecycle::LoadFromRoot(const std::string& name, const std::string& root,

@@ -255,12 +255,7 @@ class ModelLifecycle {
     bool explicit_load = true;                   // false for a model loaded as an ensemble's step
     std::string ns;  // the repository the model comes from (--model-namespacing: its namespace)
   };
-  struct Located {
-    Source* source = nullptr;
-    std::string source_name;
-    std::string dir;
-    FetchStats fetch;
-  };
+  using Located = RepositoryIndex::Located;
 
   // Claims `name` for one load: waits while another load of it runs (up to the wait limit),
   // then false if this pass already loaded it. Unclaim when done.

@@ -1,10 +1,14 @@
 #include "repository/repository_index.h"
 
+#include <filesystem>
+
 #include "common/logging.h"
 #include "common/strings.h"
 #include "repository/model.h"
 
 namespace inferd::repository {
+
+namespace fs = std::filesystem;
 
 absl::Status RepositoryIndex::Open(const std::vector<std::string>& urls,
                                    const SourceOptions& options) {
@@ -117,6 +121,74 @@ RepositoryIndex::Diff RepositoryIndex::Compare(
     }
   }
   return diff;
+}
+
+absl::StatusOr<RepositoryIndex::Located> RepositoryIndex::Locate(const std::string& source_name,
+                                                                FetchFn fetch) const {
+  for (const auto& source : sources_) {
+    Located found;
+    auto dir = fetch(source.get(), source_name, &found.fetch);
+    if (!dir.ok() && dir.status().code() == absl::StatusCode::kNotFound) continue;
+    if (!dir.ok()) return dir.status();
+    found.source = source.get();
+    found.source_name = source_name;
+    found.dir = *dir;
+    return found;
+  }
+  std::vector<std::string> urls;
+  for (const auto& s : sources_) urls.push_back(s->url());
+  return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
+                                    StrJoin(urls, ", "), ") holds it"));
+}
+
+absl::StatusOr<RepositoryIndex::Located> RepositoryIndex::LocateUrl(const std::string& url,
+                                                                   const SourceOptions& options,
+                                                                   FetchFn fetch) {
+  Located found;
+  if (url.rfind("s3://", 0) != 0) {
+    std::error_code ec;
+    if (!fs::exists(url, ec)) {
+      return absl::InvalidArgumentError(StrCat("'url' ", url, " does not exist"));
+    }
+    if (fs::is_directory(url, ec)) {
+      found.dir = url;
+      return found;
+    }
+    if (!IsArchiveName(url)) {
+      return absl::InvalidArgumentError(
+          StrCat("'url' ", url, " is a file but not a .tar.gz, .tgz or .tar archive"));
+    }
+  }
+  if (url.rfind("s3://", 0) == 0) {
+    const std::string_view rest = std::string_view(url).substr(5);
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || slash == 0 || slash + 1 >= rest.size()) {
+      return absl::InvalidArgumentError(StrCat("'url' ", url, " must be s3://<bucket>/<key>"));
+    }
+  }
+  // An archive or an S3 object: fetched through a source for its parent folder or prefix.
+  std::string parent = url;
+  while (!parent.empty() && parent.back() == '/') parent.pop_back();
+  const size_t slash = parent.rfind('/');
+  if (slash == std::string::npos || slash + 1 >= parent.size()) {
+    return absl::InvalidArgumentError(StrCat("'url' ", url, " names no model"));
+  }
+  const std::string leaf = parent.substr(slash + 1);
+  parent = parent.substr(0, slash);
+  if (parent.empty()) parent = "/";
+  auto source = OpenSource(parent, options);
+  if (!source.ok()) return source.status();
+  auto dir = fetch(source->get(), leaf, &found.fetch);
+  if (!dir.ok()) {
+    // The caller's URL is wrong (missing object, denied): a client error naming it.
+    if (dir.status().code() == absl::StatusCode::kNotFound ||
+        dir.status().code() == absl::StatusCode::kPermissionDenied) {
+      return absl::InvalidArgumentError(dir.status().message());
+    }
+    return dir.status();
+  }
+  found.dir = *dir;
+  return found;
 }
 
 }  // namespace inferd::repository

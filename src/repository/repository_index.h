@@ -14,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "repository/source.h"
 
 namespace inferd::repository {
@@ -63,6 +65,28 @@ class RepositoryIndex {
     std::map<std::string, Listed> changed;
   };
   Diff Compare(const Scan& scan, const std::map<std::string, Held, std::less<>>& held) const;
+
+  // Where one model's files were found, fetched into a local folder.
+  struct Located {
+    Source* source = nullptr;  // the repository that holds it (null: named by a URL)
+    std::string source_name;   // its name in that repository
+    std::string dir;
+    FetchStats fetch;
+  };
+  // Fetches `name` from `source` into a local folder: the store's fetch, which counts what it
+  // downloaded and what failed in its metrics.
+  using FetchFn =
+      absl::FunctionRef<absl::StatusOr<std::string>(Source*, const std::string&, FetchStats*)>;
+  // The first repository (in --model-repository order) that holds `source_name`, fetched.
+  // NOT_FOUND naming every repository when none does; a fetch that fails otherwise (S3
+  // unreachable, an unsafe archive) fails the search with its error.
+  absl::StatusOr<Located> Locate(const std::string& source_name, FetchFn fetch) const;
+  // A model named by a URL, as SageMaker's multi-model API and POST /models send it: a local
+  // folder (used in place), a local archive, or s3://<bucket>/<key> (fetched through a source
+  // for its parent folder or prefix). A URL that is malformed, missing or denied is an
+  // INVALID_ARGUMENT naming it (the client's error).
+  static absl::StatusOr<Located> LocateUrl(const std::string& url, const SourceOptions& options,
+                                           FetchFn fetch);
 
   // The model's own name of a store key ("<repository>::m" -> "m"); the key itself otherwise.
   std::string PlainName(const std::string& key) const;

@@ -169,5 +169,64 @@ TEST_F(RepositoryIndexTest, ANameThatChangesKeyReloadsTheEnsemblesThatRunIt) {
   EXPECT_EQ(plain_diff.changed.count("e"), 0u);
 }
 
+// Locate asks the repositories in order, skips the ones that do not hold the name, and stops
+// at a fetch that fails otherwise.
+TEST_F(RepositoryIndexTest, LocateFetchesFromTheFirstRepositoryThatHoldsTheName) {
+  RepositoryIndex index(/*namespacing=*/false);
+  ASSERT_TRUE(index.Open({a_, b_}, SourceOptions{}).ok());
+  std::vector<std::string> asked;
+  auto fetch = [&](Source* source, const std::string& name, FetchStats* stats) {
+    asked.push_back(source->url());
+    return source->Fetch(name, stats);
+  };
+  auto y = index.Locate("y", fetch);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->source, index.sources()[1].get());
+  EXPECT_EQ(y->source_name, "y");
+  EXPECT_TRUE(fs::exists(fs::path(y->dir) / "config.pbtxt")) << y->dir;
+  EXPECT_EQ(asked.size(), 2u);  // a: NOT_FOUND, then b
+
+  asked.clear();
+  auto m = index.Locate("m", fetch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->source, index.sources()[0].get());  // the first that holds it
+  EXPECT_EQ(asked.size(), 1u);
+
+  auto none = index.Locate("nope", fetch);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("unknown model 'nope'"));
+  EXPECT_THAT(none.status().message(), HasSubstr(a_));
+  EXPECT_THAT(none.status().message(), HasSubstr(b_));
+
+  auto broken = index.Locate("y", [](Source*, const std::string&, FetchStats*)
+                                      -> absl::StatusOr<std::string> {
+    return absl::UnavailableError("bucket unreachable");
+  });
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(RepositoryIndexTest, LocateUrlTakesAFolderInPlaceAndRefusesWhatNamesNoModel) {
+  int fetches = 0;
+  auto fetch = [&](Source* source, const std::string& name, FetchStats* stats) {
+    ++fetches;
+    return source->Fetch(name, stats);
+  };
+  auto folder = RepositoryIndex::LocateUrl((fs::path(a_) / "x").string(), SourceOptions{}, fetch);
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  EXPECT_EQ(folder->dir, (fs::path(a_) / "x").string());
+  EXPECT_EQ(folder->source, nullptr);
+  EXPECT_EQ(fetches, 0);  // a folder is used in place
+
+  std::ofstream(root_ / "notes.txt") << "hello";
+  for (const std::string& bad :
+       {(root_ / "missing").string(), (root_ / "notes.txt").string(), std::string("s3://bucket"),
+        std::string("s3:///key")}) {
+    auto r = RepositoryIndex::LocateUrl(bad, SourceOptions{}, fetch);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr(bad));
+  }
+  EXPECT_EQ(fetches, 0);
+}
+
 }  // namespace
 }  // namespace inferd::repository
