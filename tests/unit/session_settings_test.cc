@@ -23,12 +23,23 @@ TEST(SessionSettingsTest, DefaultsFollowTheThreadBudget) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->intra_op_threads, 2);
   EXPECT_EQ(s->inter_op_threads, 1);
-  EXPECT_FALSE(s->allow_spinning);  // 1 x 2 threads already fill 2 cores
+  // 1 x 2 threads fill 2 cores exactly: they spin inside a run only.
+  EXPECT_TRUE(s->allow_spinning);
+  EXPECT_TRUE(s->spin_during_runs_only);
   EXPECT_EQ(s->graph_level, GraphLevel::kAll);
   auto two = SettingsFromConfig(Config(""), 2, 2);
   EXPECT_EQ(two->intra_op_threads, 1);
   auto four = SettingsFromConfig(Config(""), 4, 2);
   EXPECT_EQ(four->intra_op_threads, 1);
+  EXPECT_FALSE(four->allow_spinning);  // 4 threads on 2 cores: spinning only steals
+  EXPECT_FALSE(four->spin_during_runs_only);
+  auto spare = SettingsFromConfig(Config(Param("intra_op_thread_count", "1")), 1, 4);
+  EXPECT_TRUE(spare->allow_spinning);  // cores to spare: ONNX Runtime's own default
+  EXPECT_FALSE(spare->spin_during_runs_only);
+  // The user's word stands, whole.
+  auto asked = SettingsFromConfig(Config(Param("allow_spinning", "1")), 1, 2);
+  EXPECT_TRUE(asked->allow_spinning);
+  EXPECT_FALSE(asked->spin_during_runs_only);
 }
 
 TEST(SessionSettingsTest, EveryKnobIsRead) {

@@ -149,6 +149,9 @@ absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* option
        {kOrtSessionOptionsConfigAllowIntraOpSpinning, kOrtSessionOptionsConfigAllowInterOpSpinning}) {
     if (!has_entry(key)) options->AddConfigEntry(key, s.allow_spinning ? "1" : "0");
   }
+  if (s.spin_during_runs_only && !has_entry(kOrtSessionOptionsConfigForceSpinningStop)) {
+    options->AddConfigEntry(kOrtSessionOptionsConfigForceSpinningStop, "1");
+  }
   for (const auto& entry : s.session_entries) {
     options->AddConfigEntry(entry.first.c_str(), entry.second.c_str());
   }

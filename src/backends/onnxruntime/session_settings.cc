@@ -95,12 +95,17 @@ absl::StatusOr<SessionSettings> SettingsFromConfig(const config::ModelConfig& co
   if (auto path = config::GetParameter(config, "optimized_model_filepath")) {
     s.optimized_model_filepath = *path;
   }
-  // Spinning threads steal the cores the HTTP and scheduler threads need whenever the
-  // instances' threads already fill the machine.
-  auto spin = BoolParameter(config, "allow_spinning",
-                            total_instances * s.intra_op_threads < cpu_cores);
+  // Spinning by the instances' thread budget (bench/onnx_spinning.sh, bench/RESULTS.md): with
+  // cores to spare the pool threads spin (ONNX Runtime's default); when they fill the cores
+  // exactly, they spin only inside a run (between its operators, where blocking costs a
+  // wake-up per operator) and stop when it returns, so the HTTP threads get the cores between
+  // runs; when they oversubscribe the cores, spinning only steals from each other: off.
+  const int threads = total_instances * s.intra_op_threads;
+  auto spin = BoolParameter(config, "allow_spinning", threads <= cpu_cores);
   if (!spin.ok()) return spin.status();
   s.allow_spinning = *spin;
+  s.spin_during_runs_only =
+      s.allow_spinning && !config::GetParameter(config, "allow_spinning") && threads == cpu_cores;
 
   // Triton's mapping: -1 basic, 1 extended, 2 disable all, anything else (default 0) all.
   const int level = config.optimization().graph().level();
@@ -145,7 +150,8 @@ std::string DescribeSettings(const SessionSettings& s) {
       " enable_mem_arena=", s.mem_arena, " enable_mem_pattern=", s.mem_pattern,
       " memory.enable_memory_arena_shrinkage=",
       s.arena_shrinkage.empty() ? std::string("off") : s.arena_shrinkage,
-      " allow_spinning=", s.allow_spinning, " graph_optimization=",
+      " allow_spinning=", s.allow_spinning,
+      s.spin_during_runs_only ? " (during runs only)" : "", " graph_optimization=",
       s.graph_level == GraphLevel::kBasic        ? "basic"
       : s.graph_level == GraphLevel::kExtended   ? "extended"
       : s.graph_level == GraphLevel::kDisableAll ? "disable_all"

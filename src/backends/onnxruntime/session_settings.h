@@ -25,6 +25,9 @@ struct SessionSettings {
   // string ("cpu:0"), empty when not set.
   std::string arena_shrinkage;
   bool allow_spinning = true;             // session.{intra,inter}_op.allow_spinning
+  // session.force_spinning_stop: the pool threads spin between a run's operators only and stop
+  // when the run returns (set by default when the instances' threads exactly fill the cores).
+  bool spin_during_runs_only = false;
   GraphLevel graph_level = GraphLevel::kAll;
   // Every `session.*` parameter (session.use_device_allocator_for_initializers among them),
   // added to the session options as a config entry, key and value unchanged, in key order.
