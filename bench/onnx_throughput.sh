@@ -14,22 +14,25 @@ MODEL="$ROOT/examples/model_repository/resnet50/1/model.onnx"
 REPO=$(mktemp -d)
 trap 'cleanup; rm -rf "$REPO"' EXIT
 
-# ort_ips <sessions> <threads> <batch> <iterations> -> images/s in-process
+# ort_ips <sessions> <threads> <batch> <iterations> [spin] -> images/s in-process
 ort_ips() {
-  env $(ref_env) SESSIONS=$1 THREADS=$2 "$BUILD/ort_inprocess" "$MODEL" input "$4" "$3" 3 224 224 |
+  env $(ref_env) SESSIONS=$1 THREADS=$2 SPIN="${5:-0}" "$BUILD/ort_inprocess" "$MODEL" input "$4" "$3" 3 224 224 |
     awk '/items_per_s/ {print $2}'
 }
-# best_batch <sessions> <threads> -> "<batch> <images/s>": a short run of each batch size picks
-# the batch; the rounds below then measure only that batch, as long as inferd runs, so the
-# reference is not the luckiest of four short runs.
+# best_batch <sessions> <threads> -> "<batch> <spin> <images/s>": a short run of each batch
+# size, with ONNX Runtime's pool threads spinning and not, picks the reference; the rounds below
+# then measure only that one, as long as inferd runs, so the reference is not the luckiest of
+# eight short runs.
 best_batch() {
-  local best=0 best_b=0 b ips
+  local best=0 best_b=0 best_s=0 b s ips
   for b in 1 2 4 8; do
-    ips=$(ort_ips "$1" "$2" "$b" "$ITER")
-    echo "ONNX Runtime in-process ${1}x${2} batch $b: $ips images/s" >&2
-    if awk -v a="$ips" -v b="$best" 'BEGIN{exit !(a>b)}'; then best=$ips; best_b=$b; fi
+    for s in 0 1; do
+      ips=$(ort_ips "$1" "$2" "$b" "$ITER" "$s")
+      echo "ONNX Runtime in-process ${1}x${2} batch $b spin $s: $ips images/s" >&2
+      if awk -v a="$ips" -v b="$best" 'BEGIN{exit !(a>b)}'; then best=$ips; best_b=$b; best_s=$s; fi
+    done
   done
-  echo "$best_b $best"
+  echo "$best_b $best_s $best"
 }
 
 # The example config as is (1x2), and the same with two one-thread instances (2x1).
@@ -52,15 +55,15 @@ for layout in 1x2 2x1; do
   "$BUILD/inferd" --model-repository="$REPO/$layout" --http-port="$P" --allow-grpc=false \
     --allow-metrics=false 2>"/tmp/inferd_bench_onnx_tp_$layout.log" & PIDS+=($!)
   wait_http "http://127.0.0.1:$P/v2/health/ready"
-  read -r best_b first < <(best_batch "${layout%x*}" "${layout#*x}")
+  read -r best_b best_s first < <(best_batch "${layout%x*}" "${layout#*x}")
   # Iterations per session for about $DURATION of the reference.
   iters=$(awk -v ips="$first" -v b="$best_b" -v s="${layout%x*}" -v d="${DURATION%s}" \
     'BEGIN{n=int(d*ips/(b*s)); print (n<2?2:n)}')
   for r in $(seq 1 "$ROUNDS"); do
-    best=$(ort_ips "${layout%x*}" "${layout#*x}" "$best_b" "$iters")
+    best=$(ort_ips "${layout%x*}" "${layout#*x}" "$best_b" "$iters" "$best_s")
     got=$(wrk_rps 8 "$DURATION" "$ROOT/bench/binary_request.lua" "http://127.0.0.1:$P/v2/models/resnet50/infer")
     ratio=$(awk -v a="$got" -v b="$best" 'BEGIN{printf "%.3f", a/b}')
-    echo "$layout round $r: in-process $best images/s (batch $best_b), inferd c=8 $got images/s, ratio $ratio"
+    echo "$layout round $r: in-process $best images/s (batch $best_b, spin $best_s), inferd c=8 $got images/s, ratio $ratio"
     ratios[$layout]+="$ratio "
   done
   stats=$(curl -s "http://127.0.0.1:$P/v2/models/resnet50/stats")

@@ -82,6 +82,13 @@ class ModelInstance {
   // False while the instance cannot run requests (the Python backend's process died and is
   // being restarted); the model reports not ready meanwhile. Thread-safe.
   virtual bool Ready() const { return true; }
+
+  // True when Execute may run on any thread (still one run at a time): the instance keeps
+  // no thread-bound state (a GPU's current device, a thread-local runtime, a process it
+  // talks to). The default scheduler may then run a model whose runs take microseconds on
+  // the thread that submits the request, saving two thread hand-offs
+  // (InstancePool::SubmitAny). The default: only the instance's own thread runs it.
+  virtual bool RunsOnAnyThread() const { return false; }
 };
 
 class Backend {

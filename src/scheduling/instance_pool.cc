@@ -7,12 +7,23 @@
 namespace inferd::scheduling {
 namespace {
 constexpr size_t kInline = 8;
+constexpr size_t kNoInstance = ~size_t{0};
+
+bool AllRunOnAnyThread(const std::vector<std::unique_ptr<backends::ModelInstance>>& instances) {
+  for (const auto& i : instances) {
+    if (!i->RunsOnAnyThread()) return false;
+  }
+  return !instances.empty();
+}
 }  // namespace
 
 InstancePool::InstancePool(Options options,
                            std::vector<std::unique_ptr<backends::ModelInstance>> instances,
                            std::function<void(size_t)> on_free)
-    : options_(std::move(options)), instances_(std::move(instances)), on_free_(std::move(on_free)) {
+    : options_(std::move(options)),
+      instances_(std::move(instances)),
+      on_free_(std::move(on_free)),
+      caller_runs_(options_.caller_runs && on_free_ == nullptr && AllRunOnAnyThread(instances_)) {
   {
     inferd::MutexLock lock(&mu_);
     for (size_t i = 0; i < instances_.size(); ++i) slots_.push_back(std::make_unique<Slot>());
@@ -70,9 +81,26 @@ void InstancePool::Submit(size_t instance, Batch batch) {
 void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
   absl::Status refused;
   Slot* wake = nullptr;
+  size_t caller = kNoInstance;
+  const bool may_run_here =
+      caller_runs_ && recent_run_ns_.load(std::memory_order_relaxed) <= options_.caller_run_max_ns;
   {
     inferd::MutexLock lock(&mu_);
-    if (stopping_) {
+    if (may_run_here && !stopping_ && queued_.empty()) {
+      // An idle instance with no wake-up on its way: this thread runs the batch on it.
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& s = *slots_[i];
+        if (!s.busy && !s.woken) {
+          s.busy = true;
+          executing_ += batch.requests.size();
+          caller = i;
+          break;
+        }
+      }
+    }
+    if (caller != kNoInstance) {
+      // Run below, without the lock.
+    } else if (stopping_) {
       refused = absl::UnavailableError(StrCat("model '", options_.model_name, "' version ",
                                               options_.version, " is unloading"));
     } else if (queued_.size() >= max_queued) {
@@ -93,6 +121,10 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
       if (wake == nullptr) return;
     }
   }
+  if (caller != kNoInstance) {
+    RunOnCaller(caller, std::move(batch));
+    return;
+  }
   if (wake != nullptr) {
     wake->cv.Signal();  // outside the lock: the instance can take it at once
     return;
@@ -103,6 +135,32 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
                                   metrics::FailureReason::kRejected);
     core::CompleteWithError(std::move(r), refused);
   }
+}
+
+void InstancePool::RunOnCaller(size_t index, Batch batch) {
+  const size_t n = batch.requests.size();
+  Run(instances_[index].get(), std::move(batch));
+  Slot* wake = nullptr;
+  {
+    inferd::MutexLock lock(&mu_);
+    Slot& slot = *slots_[index];
+    slot.busy = false;
+    executing_ -= n;
+    if (stopping_) all_free_.SignalAll();
+    // Another thread queued a batch while every instance was busy: the instance's own thread
+    // takes it, as it would had it run this batch itself.
+    if (!queued_.empty() && !slot.woken) {
+      slot.woken = true;
+      wake = &slot;
+    }
+  }
+  if (wake != nullptr) wake->cv.Signal();
+}
+
+void InstancePool::NoteRunTime(uint64_t ns) {
+  const uint64_t old = recent_run_ns_.load(std::memory_order_relaxed);
+  recent_run_ns_.store(old == kUnknownRunNs ? ns : old - old / 8 + ns / 8,
+                       std::memory_order_relaxed);
 }
 
 std::vector<Batch> InstancePool::TakeQueuedIf(absl::FunctionRef<bool(const Batch&)> take) {
@@ -148,7 +206,9 @@ void InstancePool::InstanceLoop(size_t index) {
     // not only once work is found: woken for a queued batch that another instance took, or
     // that a sweep took back (cancelled, expired), the instance must be wakeable again, or
     // SubmitAny would pass it over and leave the queue to wait forever.
-    while (!slot->batch.has_value() && queued_.empty() && !exit_) {
+    // `busy` with no batch of its own: a caller run holds the instance (SubmitAny), and the
+    // queue waits until it ends (RunOnCaller wakes this thread for it).
+    while (!slot->batch.has_value() && (queued_.empty() || slot->busy) && !exit_) {
       slot->woken = false;
       slot->cv.Wait(&mu_);
     }
@@ -157,7 +217,7 @@ void InstancePool::InstanceLoop(size_t index) {
     if (slot->batch.has_value()) {
       batch = *std::move(slot->batch);
       slot->batch.reset();
-    } else if (!queued_.empty()) {
+    } else if (!queued_.empty() && !slot->busy) {
       batch = std::move(queued_.front());
       queued_.pop_front();
       slot->busy = true;
@@ -239,6 +299,7 @@ void InstancePool::Run(backends::ModelInstance* instance, Batch batch) {
     run_cancel.End();
   }
   const uint64_t end = core::NowNs();
+  if (n > 0 && caller_runs_) NoteRunTime(end - start);
   if (times.input_end_ns == 0) times.input_end_ns = start;
   if (times.output_start_ns == 0) times.output_start_ns = end;
   const uint64_t input_ns = times.input_end_ns - start;

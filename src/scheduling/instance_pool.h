@@ -10,6 +10,7 @@
 // device and stream of a GPU instance belong to this layer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -60,6 +61,12 @@ class InstancePool {
     int64_t version = 0;
     metrics::ModelStats* stats = nullptr;
     bool preserve_ordering = false;
+    // SubmitAny may run a batch on the submitting thread (see there). Takes effect only for a
+    // pool without `on_free` whose instances all RunsOnAnyThread().
+    bool caller_runs = false;
+    // The longest recent run (a moving average of each run's Execute time) for which it
+    // does: about what the two thread hand-offs it saves cost.
+    uint64_t caller_run_max_ns = 20'000;
   };
 
   // `on_free(i)` runs on instance i's thread each time the instance becomes free (after the
@@ -88,6 +95,12 @@ class InstancePool {
   // thread in between. Always takes ownership: with `max_queued` batches already waiting
   // (--max-queue-size), or once Shutdown began, its requests are answered UNAVAILABLE and
   // counted REJECTED.
+  // Caller runs (Options::caller_runs): when nothing is queued, an instance is idle and the
+  // model's recent runs took at most Options::caller_run_max_ns, the batch runs here, on the submitting
+  // thread (an HTTP loop, a gRPC thread, an ensemble step's completion), and its responses
+  // are delivered before SubmitAny returns. For a model that runs in microseconds the two
+  // hand-offs (wake the instance thread, wake the frontend's loop with the answer) cost more
+  // than the run; a frontend thread is held no longer than such a run.
   void SubmitAny(Batch batch, size_t max_queued);
   // Takes out the batches SubmitAny queued for which `take` returns true (cancelled, past a
   // deadline). `take` runs under the pool's lock: it must not call into the pool.
@@ -113,17 +126,27 @@ class InstancePool {
  private:
   struct Slot {
     std::optional<Batch> batch;  // submitted, not picked up yet
-    bool busy = false;           // from Submit (or a pick from queued_) until delivered
+    bool busy = false;           // from Submit (or a pick from queued_, or a caller run)
+                                 // until delivered
     bool woken = false;          // signalled for queued_ work, not awake yet
     inferd::CondVar cv;
   };
 
   void InstanceLoop(size_t index);
   void Run(backends::ModelInstance* instance, Batch batch);
+  // SubmitAny's caller run on instance `index`, which it marked busy.
+  void RunOnCaller(size_t index, Batch batch);
+  // Folds one run's Execute time into recent_run_ns_.
+  void NoteRunTime(uint64_t ns);
 
   const Options options_;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances_;
   const std::function<void(size_t)> on_free_;
+  const bool caller_runs_;
+  // A moving average of Execute's time per run (1/8 weight to the newest), or kUnknownRunNs
+  // before the first run. Racy updates lose a sample at most; nothing else reads it.
+  static constexpr uint64_t kUnknownRunNs = ~uint64_t{0};
+  std::atomic<uint64_t> recent_run_ns_{kUnknownRunNs};
 
   mutable inferd::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

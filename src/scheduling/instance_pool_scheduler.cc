@@ -21,7 +21,10 @@ InstancePoolScheduler::InstancePoolScheduler(
     metrics::ModelStats* stats, DeadlineSweeper* sweeper)
     : max_queue_size_(max_queue_size),
       stats_(stats),
-      pool_({.model_name = std::move(model_name), .version = version, .stats = stats},
+      pool_({.model_name = std::move(model_name),
+             .version = version,
+             .stats = stats,
+             .caller_runs = true},
             std::move(instances), /*on_free=*/nullptr),
       sweep_(sweeper->Register([this](uint64_t now) { return Sweep(now); })) {}
 

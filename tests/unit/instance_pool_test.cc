@@ -432,5 +432,160 @@ TEST_F(InstancePoolTest, AnInstanceWokenForATakenBatchCanBeWokenAgain) {
   }
 }
 
+// Caller runs (InstancePool::SubmitAny with Options::caller_runs): a model whose runs take
+// microseconds runs on the submitting thread when an instance is idle and nothing is queued.
+class ThreadRecordingInstance : public backends::ModelInstance {
+ public:
+  ThreadRecordingInstance(bool any_thread, std::chrono::microseconds run_time, Done* gate = nullptr)
+      : any_thread_(any_thread), run_time_(run_time), gate_(gate) {}
+  bool RunsOnAnyThread() const override { return any_thread_; }
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const> responses,
+               backends::ExecutionTimes*) override {
+    const int concurrent = in_execute_.fetch_add(1) + 1;
+    int seen = max_concurrent.load();
+    while (concurrent > seen && !max_concurrent.compare_exchange_weak(seen, concurrent)) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.push_back(std::this_thread::get_id());
+    }
+    started.Notify();
+    if (gate_ != nullptr && gated_.load()) EXPECT_TRUE(gate_->Wait(std::chrono::seconds(30)));
+    if (run_time_.count() > 0) std::this_thread::sleep_for(run_time_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto holder = std::make_shared<std::string>(requests[i]->id);
+      responses[i]->outputs.push_back({"y", DataType::kBytes, {1}, *holder, holder});
+    }
+    in_execute_.fetch_sub(1);
+  }
+  std::thread::id ThreadOfRun(size_t k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return k < threads.size() ? threads[k] : std::thread::id();
+  }
+  void Gate(bool on) { gated_.store(on); }
+
+  std::atomic<int> max_concurrent{0};
+  Done started;
+
+ private:
+  const bool any_thread_;
+  const std::chrono::microseconds run_time_;
+  Done* gate_;
+  std::atomic<bool> gated_{false};
+  std::atomic<int> in_execute_{0};
+  std::mutex mu_;
+  std::vector<std::thread::id> threads;
+};
+
+class CallerRunsTest : public InstancePoolTest {
+ protected:
+  // A run counts as short up to `max_run` (a second by default: a loaded machine may stop a
+  // run of nothing for milliseconds, and that must not make the tests flaky).
+  ThreadRecordingInstance* StartOne(bool any_thread, std::chrono::microseconds run_time,
+                                    bool caller_runs = true,
+                                    std::chrono::nanoseconds max_run = std::chrono::seconds(1)) {
+    auto inst = std::make_unique<ThreadRecordingInstance>(any_thread, run_time, &gates_[0]);
+    ThreadRecordingInstance* raw = inst.get();
+    std::vector<std::unique_ptr<backends::ModelInstance>> list;
+    list.push_back(std::move(inst));
+    pool_ = std::make_unique<InstancePool>(
+        InstancePool::Options{.model_name = "m", .version = 3, .stats = &stats_,
+                              .caller_runs = caller_runs,
+                              .caller_run_max_ns = static_cast<uint64_t>(max_run.count())},
+        std::move(list), nullptr);
+    return raw;
+  }
+  // Until the instance is free again: its thread frees it just after the answer went out.
+  void WaitIdle() {
+    for (int i = 0; i < 2000 && pool_->Executing() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(pool_->Executing(), 0u);
+  }
+  // SubmitAny of one request; true when it was answered before SubmitAny returned.
+  bool SubmitOne(const std::string& id) {
+    Batch b;
+    b.requests.push_back(Request(id));
+    pool_->SubmitAny(std::move(b), 100);
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_.count(id) > 0;
+  }
+};
+
+TEST_F(CallerRunsTest, ATinyModelRunsOnTheSubmittingThreadOnceItsRunTimeIsKnown) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
+  SubmitOne("first");  // no run time known yet: the instance's thread runs it
+  WaitCompleted(1);
+  WaitIdle();
+  EXPECT_NE(inst->ThreadOfRun(0), std::this_thread::get_id());
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    EXPECT_TRUE(SubmitOne(id)) << id << " was not answered on the submitting thread";
+    EXPECT_EQ(inst->ThreadOfRun(1 + i), std::this_thread::get_id());
+  }
+  WaitCompleted(21);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, st] : status_) EXPECT_TRUE(st.ok()) << id << ": " << st;
+  EXPECT_EQ(output_["r7"], "r7");
+  EXPECT_EQ(stats_.Snapshot().success.count, 21u);
+  EXPECT_EQ(pool_->Executing(), 0u);
+}
+
+TEST_F(CallerRunsTest, NotForAnInstanceBoundToItsThreadNorWhenThePoolDoesNotAllowIt) {
+  for (bool caller_runs : {true, false}) {
+    ThreadRecordingInstance* inst =
+        StartOne(/*any_thread=*/!caller_runs, std::chrono::microseconds(0), caller_runs);
+    for (int i = 0; i < 5; ++i) {
+      SubmitOne("x" + std::to_string(i));
+      WaitCompleted(static_cast<size_t>(i) + 1);
+      WaitIdle();
+      EXPECT_NE(inst->ThreadOfRun(i), std::this_thread::get_id());
+    }
+    pool_.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_.clear();
+    status_.clear();
+  }
+}
+
+TEST_F(CallerRunsTest, NotForAModelWhoseRunsTakeLonger) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(2000),
+                                           /*caller_runs=*/true, std::chrono::microseconds(500));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(SubmitOne("s" + std::to_string(i)));
+    WaitCompleted(static_cast<size_t>(i) + 1);
+    WaitIdle();
+    EXPECT_NE(inst->ThreadOfRun(i), std::this_thread::get_id());
+  }
+}
+
+TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlongsideIt) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
+  SubmitOne("warm");
+  WaitCompleted(1);
+  WaitIdle();
+  ASSERT_TRUE(SubmitOne("warm2"));  // the run time is known: runs on this thread
+  inst->Gate(true);
+  std::thread caller([&] { SubmitOne("held"); });  // a caller run, held by the gate
+  // Wait until the held run has started on `caller` (the third run).
+  for (int i = 0; i < 1000 && inst->ThreadOfRun(2) == std::thread::id(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(inst->ThreadOfRun(2), caller.get_id());
+  inst->Gate(false);
+  EXPECT_FALSE(SubmitOne("queued"));  // the only instance is busy: queued, not run here
+  EXPECT_EQ(pool_->Queued(), 1u);
+  gates_[0].Notify();
+  caller.join();
+  WaitCompleted(4);
+  EXPECT_NE(inst->ThreadOfRun(3), caller.get_id());
+  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  EXPECT_EQ(inst->max_concurrent.load(), 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_TRUE(status_["queued"].ok()) << status_["queued"];
+  EXPECT_EQ(output_["held"], "held");
+}
+
 }  // namespace
 }  // namespace inferd::scheduling

@@ -19,6 +19,9 @@ class IdentityInstance : public ModelInstance {
   IdentityInstance(const config::ModelConfig* config, int64_t delay_ms)
       : config_(config), delay_ms_(delay_ms) {}
 
+  // Copies bytes; with execute_delay_ms it stands for a slow model and keeps its thread.
+  bool RunsOnAnyThread() const override { return delay_ms_ == 0; }
+
   void CancelExecution() override {
     inferd::MutexLock lock(&mu_);
     if (!waiting_) return;

@@ -169,14 +169,18 @@ absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* option
 class OrtInstance : public ModelInstance {
  public:
   OrtInstance(const config::ModelConfig* config, std::shared_ptr<Ort::Session> session,
-              SessionSettings settings)
-      : config_(config), session_(std::move(session)), settings_(std::move(settings)) {
+              SessionSettings settings, bool gpu)
+      : config_(config), session_(std::move(session)), settings_(std::move(settings)), gpu_(gpu) {
     if (!settings_.arena_shrinkage.empty()) {
       run_options_.AddConfigEntry(kOrtRunOptionsConfigEnableMemoryArenaShrinkage,
                                   settings_.arena_shrinkage.c_str());
     }
     for (const auto& out : config_->output()) output_names_.push_back(out.name());
   }
+
+  // Session::Run is thread-safe and a CPU session keeps nothing per thread; a CUDA-bound one
+  // stays on its instance thread (its stream and current device).
+  bool RunsOnAnyThread() const override { return !gpu_; }
 
   int ThreadCount() const override {
     return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
@@ -310,6 +314,7 @@ class OrtInstance : public ModelInstance {
   const config::ModelConfig* config_;
   std::shared_ptr<Ort::Session> session_;
   SessionSettings settings_;
+  const bool gpu_;
   Ort::RunOptions run_options_;
   inferd::Mutex terminate_mu_;
   bool running_ ABSL_GUARDED_BY(terminate_mu_) = false;
@@ -612,7 +617,7 @@ class OnnxRuntimeBackend : public Backend {
       auto status = CheckIo(*spec.config, *session);
       if (!status.ok()) return status;
       return std::unique_ptr<ModelInstance>(
-          new OrtInstance(spec.config, std::move(session), *std::move(settings)));
+          new OrtInstance(spec.config, std::move(session), *std::move(settings), gpu));
     } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return absl::InvalidArgumentError(inferd::StrCat("onnxruntime: failed to load '",
                                                      spec.model_path, "': ", e.what()));
