@@ -82,6 +82,12 @@ class ModelInstance {
   // False while the instance cannot run requests (the Python backend's process died and is
   // being restarted); the model reports not ready meanwhile. Thread-safe.
   virtual bool Ready() const { return true; }
+
+  // The device memory this instance holds on its GPU, when the backend knows it (Triton's
+  // backends report their allocations with TRITONBACKEND_ModelInstanceReportMemoryUsage); -1
+  // when it does not, and the model store measures the device's memory around the instance's
+  // creation instead. Asked once, after the model's instances are created. Thread-safe.
+  virtual int64_t DeviceMemoryBytes() const { return -1; }
 };
 
 class Backend {
