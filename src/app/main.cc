@@ -131,11 +131,12 @@ int main(int argc, char** argv) {
     }
     if (!absent.empty()) {
       LOG_WARNING << "--model-load-gpu-limit " << inferd::StrJoin(absent, ", ")
-                  << " has no effect: "
+                  << " names a GPU this host does not have, so it never applies ("
                   << (gpus.DeviceCount() == 0
-                          ? inferd::StrCat("this host has no GPU (", gpus.UnavailableReason(), ")")
-                          : inferd::StrCat("this host has ", gpus.DeviceCount(), " GPU(s), 0 to ",
-                                           gpus.DeviceCount() - 1));
+                          ? inferd::StrCat("no GPU: ", gpus.UnavailableReason())
+                          : inferd::StrCat(gpus.DeviceCount(), " GPU(s): 0 to ",
+                                           gpus.DeviceCount() - 1))
+                  << ")";
     }
   }
 
