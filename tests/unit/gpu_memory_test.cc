@@ -151,13 +151,13 @@ TEST_F(GpuMemoryTest, EachGpuGetsTheMemoryTheInstancesTookThere) {
 }
 
 TEST_F(GpuMemoryTest, ConcurrentLoadsOnOneGpuDoNotTakeEachOthersMemory) {
-  for (int i = 0; i < 6; ++i) AddModel("repo", "m" + std::to_string(i), "0", 10 * (i + 1));
+  const std::vector<std::string> names = {"m1", "m2", "m3", "m4", "m5", "m6"};
+  for (size_t i = 0; i < names.size(); ++i) AddModel("repo", names[i], "0", 10 * (i + 1));
   Start();
   ASSERT_TRUE(store_->LoadAll().ok());  // in parallel on the loader pool
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_THAT(GpuBytes("m" + std::to_string(i)),
-                UnorderedElementsAre(Pair(0, 10 * (i + 1) * kMiB)))
-        << "m" << i;
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_THAT(GpuBytes(names[i]), UnorderedElementsAre(Pair(0, 10 * (i + 1) * kMiB)))
+        << names[i];
   }
 }
 
@@ -186,6 +186,21 @@ TEST_F(GpuMemoryTest, LimitRefusesALoadOnAGpuAlreadyAboveIt) {
   // Below the limit again, it loads.
   other->reset();
   EXPECT_TRUE(store_->Load("a").ok());
+}
+
+TEST_F(GpuMemoryTest, LimitCountsWhatTheModelTookThereLastTime) {
+  AddModel("repo", "a", "0", 300);
+  Start({{0, 0.5}});
+  ASSERT_TRUE(store_->Load("a").ok());  // 0 used: under 512 MiB
+  ASSERT_TRUE(store_->Unload("a").ok());
+  auto other = rt_->AllocateDevice(0, 300 * kMiB);
+  ASSERT_TRUE(other.ok());
+  // 300 used is under the limit, but a's 300 MiB would take it to 600: refused before any
+  // instance is created (Triton's check of the usage alone would let it load past the limit).
+  absl::Status st = store_->Load("a");
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_THAT(st.message(), HasSubstr("300 MiB + 300 MiB this model took there before"));
+  EXPECT_EQ(Used(0), static_cast<uint64_t>(300 * kMiB));
 }
 
 TEST_F(GpuMemoryTest, LimitEvictsOnlyIdleModelsOnThatGpu) {
