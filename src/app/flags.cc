@@ -141,7 +141,6 @@ constexpr NoEffectFlag kNoEffectFlags[] = {
     {"pinned-memory-pool-byte-size", Arg::kInt, kNoGpu},
     {"cuda-memory-pool-byte-size", Arg::kString, kNoGpu},
     {"cuda-virtual-address-size", Arg::kString, kNoGpu},
-    {"model-load-gpu-limit", Arg::kString, kNoGpu},
     {"buffer-manager-thread-count", Arg::kInt, "tensors are not copied by a buffer manager here"},
     {"host-policy", Arg::kString, "host policies (NUMA, CPU sets) are not implemented"},
     {"repoagent-directory", Arg::kString, "repository agents are not run"},
@@ -306,6 +305,11 @@ std::string Usage() {
   --gpu-fallback-to-cpu=<bool>     run KIND_GPU instances on the CPU where they cannot run on a
                                    GPU (no GPU, or a CPU-only backend), with one WARNING per
                                    model, instead of failing the load (default false)
+  --model-load-gpu-limit=<gpu>:<fraction>
+                                   refuse a load on that GPU when its used memory (plus what the
+                                   model took there last time) would exceed the fraction of its
+                                   total, after evicting idle on-demand models holding memory on
+                                   it (repeatable, one GPU each; as tritonserver)
   --disable-auto-complete-config   do not complete configs from model files
   --backend-directory=<path>       where backend libraries loaded on first use live
                                    (libinferd_backend_pytorch.so; default: inferd's folder)
@@ -514,6 +518,31 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
        }},
       {"model-cache-max-bytes", [&](const std::string& v) -> absl::Status {
          cache_cap = v;
+         return absl::OkStatus();
+       }},
+      {"model-load-gpu-limit", [&](const std::string& v) -> absl::Status {
+         // tritonserver's <device_id>:<fraction>, repeatable, one GPU each; the fraction in
+         // [0, 1] (TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit). A GPU named twice keeps
+         // its first limit, as tritonserver's map does.
+         const size_t colon = v.find(':');
+         int device = 0;
+         double fraction = 0;
+         if (colon == std::string::npos) {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--model-load-gpu-limit takes <device_id>:<fraction> (e.g. 0:0.8), got '", v, "'"));
+         }
+         if (!absl::SimpleAtoi(v.substr(0, colon), &device) || device < 0) {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--model-load-gpu-limit '", v, "': the device id '", v.substr(0, colon),
+               "' is not a GPU number (0, 1, ...)"));
+         }
+         if (!absl::SimpleAtod(v.substr(colon + 1), &fraction) || !(fraction >= 0.0) ||
+             fraction > 1.0) {
+           return absl::InvalidArgumentError(inferd::StrCat(
+               "--model-load-gpu-limit '", v, "': the fraction '", v.substr(colon + 1),
+               "' must be a number in [0.0, 1.0]"));
+         }
+         f.server.gpu_load_limits.emplace(device, fraction);
          return absl::OkStatus();
        }},
       {"model-memory-budget", [&](const std::string& v) -> absl::Status {

@@ -122,6 +122,23 @@ int main(int argc, char** argv) {
              << (used ? "" : "; below --min-supported-compute-capability, not used");
   }
   for (const std::string& line : flags->no_effect) LOG_WARNING << line;
+  // --model-load-gpu-limit for a GPU this host does not have: tritonserver accepts it and never
+  // consults it; so does inferd, saying so (one line; a CPU-only host still starts).
+  if (!flags->server.gpu_load_limits.empty()) {
+    std::vector<std::string> absent;
+    for (const auto& [device, fraction] : flags->server.gpu_load_limits) {
+      if (device >= gpus.DeviceCount()) absent.push_back(inferd::StrCat(device, ":", fraction));
+    }
+    if (!absent.empty()) {
+      LOG_WARNING << "--model-load-gpu-limit " << inferd::StrJoin(absent, ", ")
+                  << " names a GPU this host does not have, so it never applies ("
+                  << (gpus.DeviceCount() == 0
+                          ? inferd::StrCat("no GPU: ", gpus.UnavailableReason())
+                          : inferd::StrCat(gpus.DeviceCount(), " GPU(s): 0 to ",
+                                           gpus.DeviceCount() - 1))
+                  << ")";
+    }
+  }
 
   // Signals are taken synchronously by this thread; every thread created below inherits
   // the mask.

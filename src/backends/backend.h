@@ -89,6 +89,12 @@ class ModelInstance {
   // the thread that submits the request, saving two thread hand-offs
   // (InstancePool::SubmitAny). The default: only the instance's own thread runs it.
   virtual bool RunsOnAnyThread() const { return false; }
+
+  // The device memory this instance holds on its GPU, when the backend knows it (Triton's
+  // backends report their allocations with TRITONBACKEND_ModelInstanceReportMemoryUsage); -1
+  // when it does not, and the model store measures the device's memory around the instance's
+  // creation instead. Asked once, after the model's instances are created. Thread-safe.
+  virtual int64_t DeviceMemoryBytes() const { return -1; }
 };
 
 class Backend {

@@ -1,6 +1,7 @@
 #include "repository/memory_budget.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/strings.h"
 
@@ -122,6 +123,7 @@ void MemoryBudget::Retire(const std::string& name,
     retiring_[key] += bytes;
     retiring_total_ += bytes;
   }
+  device_settled_.erase(name);
   policy_->OnUnloaded(name);
   ChangedLocked();
 }
@@ -141,7 +143,63 @@ void MemoryBudget::ClearSettled() {
   inferd::MutexLock lock(&mu_);
   settled_.clear();
   settled_total_ = 0;
+  device_settled_.clear();
   ChangedLocked();
+}
+
+void MemoryBudget::SettleDevices(const std::string& name, std::map<int, int64_t> bytes) {
+  inferd::MutexLock lock(&mu_);
+  for (auto it = bytes.begin(); it != bytes.end();) {
+    it = it->second > 0 ? std::next(it) : bytes.erase(it);
+  }
+  if (bytes.empty()) {
+    device_settled_.erase(name);
+  } else {
+    device_settled_[name] = std::move(bytes);
+  }
+  ChangedLocked();
+}
+
+int64_t MemoryBudget::device_bytes(const std::string& name, int device) const {
+  inferd::ReaderMutexLock lock(&mu_);
+  auto it = device_settled_.find(name);
+  if (it == device_settled_.end()) return 0;
+  auto d = it->second.find(device);
+  return d == it->second.end() ? 0 : d->second;
+}
+
+std::string MemoryBudget::DeviceVictim(const std::string& name, int device,
+                                       const Models& models) {
+  inferd::MutexLock lock(&mu_);
+  // The policy sees the requests counted since it last looked, as in TryReserve.
+  if (!models.used.empty()) policy_->OnUsedBatch(models.used);
+  auto on_device = [&](const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = device_settled_.find(n);
+    return it != device_settled_.end() && it->second.count(device) > 0;
+  };
+  auto evictable = [&](const std::string& n) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return n != name && models.idle.count(n) > 0 && on_device(n);
+  };
+  // The policy's order, one victim: asked to free one byte of a budget of none, it names the
+  // model it would give up first among those `evictable` allows. The device is measured again
+  // after each eviction, so the policy's own byte counts (host memory) do not decide how many.
+  auto chosen = policy_->ChooseVictims(/*needed_bytes=*/0, /*resident_bytes=*/1,
+                                       /*budget_bytes=*/0, evictable);
+  if (!chosen.ok() || chosen->empty()) return std::string();
+  return chosen->front();
+}
+
+std::string MemoryBudget::DeviceHolders(int device, const Models& models) const {
+  inferd::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> held;
+  for (const auto& [n, devices] : device_settled_) {
+    auto d = devices.find(device);
+    if (d == devices.end()) continue;
+    auto why = models.why.find(n);
+    held.push_back(StrCat(n, " ", d->second >> 20, " MiB (",
+                          why == models.why.end() ? "in use" : why->second, ")"));
+  }
+  return held.empty() ? std::string("no model of this server") : StrJoin(held, ", ");
 }
 
 void MemoryBudget::NoteOverhead(int64_t bytes) {

@@ -86,6 +86,23 @@ class MemoryBudget {
   // Forgets every model's settled bytes (the store dropped them all at shutdown).
   void ClearSettled() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- GPU memory (--model-load-gpu-limit) ---
+  // `name`'s versions now hold `bytes` of device memory per GPU id, in all (after its load
+  // swapped them in). Replaced by each call; Retire and ClearSettled forget it.
+  void SettleDevices(const std::string& name, std::map<int, int64_t> bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Device memory `name` holds on GPU `device` (0 when none).
+  int64_t device_bytes(const std::string& name, int device) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The one idle model to evict so that a load of `name` fits under GPU `device`'s limit: the
+  // eviction policy's first choice among the idle, evictable models holding memory on that
+  // GPU (never `name`, never a model in use, never one holding memory only on other GPUs);
+  // empty when there is none. One at a time: the caller measures the device again after each.
+  std::string DeviceVictim(const std::string& name, int device, const Models& models)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // "a 512 MiB (pinned), b 128 MiB (in use)": the models holding memory on `device`, for the
+  // refusal's message.
+  std::string DeviceHolders(int device, const Models& models) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // A backend's per-model overhead seen once: a footprint minus its size on disk.
   void NoteOverhead(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // The footprint a load will likely have: the model's own last footprint, else its size on
@@ -106,6 +123,8 @@ class MemoryBudget {
   mutable inferd::Mutex mu_;
   std::unique_ptr<EvictionPolicy> policy_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> settled_ ABSL_GUARDED_BY(mu_);
+  // name -> GPU id -> device bytes its versions hold.
+  std::map<std::string, std::map<int, int64_t>> device_settled_ ABSL_GUARDED_BY(mu_);
   int64_t settled_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<const void*, int64_t> retiring_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "repository/model.h"
 
+#include <set>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +113,22 @@ std::string DescribeDevices(const std::vector<backends::InstanceDevice>& devices
 }
 
 }  // namespace
+
+std::map<int, int64_t> Model::ReportedGpuMemoryBytes() const {
+  std::map<int, int64_t> reported;
+  std::set<int> unknown;
+  for (size_t i = 0; i < instances_.size() && i < devices_.size(); ++i) {
+    if (!devices_[i].gpu) continue;
+    const int64_t bytes = instances_[i]->DeviceMemoryBytes();
+    if (bytes < 0) {
+      unknown.insert(devices_[i].id);
+    } else {
+      reported[devices_[i].id] += bytes;
+    }
+  }
+  for (int d : unknown) reported.erase(d);
+  return reported;
+}
 
 absl::Status RunWarmup(const config::ModelConfig& config, const std::string& model_dir,
                        backends::ModelInstance* instance, size_t index) {

@@ -71,6 +71,15 @@ class Model {
   const std::string& model_namespace() const { return model_namespace_; }
   // The memory the repository accounts to this version (its footprint), for the unload line.
   void set_footprint_bytes(int64_t bytes) { footprint_bytes_.store(bytes, std::memory_order_relaxed); }
+  // Device memory this version holds, by GPU id (statistics' memory_usage "GPU" entries, the
+  // load line); empty for a model with no GPU instance. Set by the store before the model is
+  // published, read-only after.
+  const std::map<int, int64_t>& gpu_memory_bytes() const { return gpu_memory_bytes_; }
+  void set_gpu_memory_bytes(std::map<int, int64_t> bytes) { gpu_memory_bytes_ = std::move(bytes); }
+  // What the GPU instances' backends report holding (ModelInstance::DeviceMemoryBytes), by GPU
+  // id, for the GPUs on which every instance reported; a GPU with any instance that does not
+  // know is left out (the store measures it).
+  std::map<int, int64_t> ReportedGpuMemoryBytes() const;
   metrics::ModelStats& stats() const { return *stats_; }
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
@@ -100,6 +109,7 @@ class Model {
   // The instances (owned by scheduler_), for InstancesReady.
   std::vector<const backends::ModelInstance*> instances_;
   std::vector<backends::InstanceDevice> devices_;  // per instance, as placed
+  std::map<int, int64_t> gpu_memory_bytes_;
 };
 
 }  // namespace inferd::repository

@@ -134,6 +134,8 @@ ModelLifecycle::ModelLifecycle(LifecycleOptions options, const backends::Backend
               options_.load_wait),
       waiters_(options_.load_wait) {
   loader_ = std::make_unique<WorkerPool>(std::max(1, options_.load_threads), 4096);
+  const int gpus = options_.load.placement.gpus ? options_.load.placement.gpus->DeviceCount() : 0;
+  for (int d = 0; d < gpus; ++d) device_load_mu_.push_back(std::make_unique<inferd::Mutex>());
   if (options_.sources.cache_cap) {
     // The cache keeps what a loaded or loading model uses (a version loaded, or being loaded).
     options_.sources.cache_cap->SetInUse([this](const std::string& entry) {
@@ -538,15 +540,55 @@ ModelLifecycle::VersionSlot ModelLifecycle::LoadVersion(
   absl::StatusOr<std::shared_ptr<Model>> model;
   int64_t grown = 0;
   const auto version_start = std::chrono::steady_clock::now();
+  // The GPUs this version's instances go to (the same placement Model::Load makes).
+  std::vector<int> gpus;
+  if (backend != nullptr && !device_load_mu_.empty()) {
+    auto placement =
+        PlaceInstances(cfg, backend->GpuInstanceSupport(), options_.load.placement);
+    if (placement.ok()) {
+      for (const auto& p : placement->instances) {
+        if (p.device.gpu && p.device.id >= 0 &&
+            p.device.id < static_cast<int>(device_load_mu_.size())) {
+          gpus.push_back(p.device.id);
+        }
+      }
+    }
+    std::sort(gpus.begin(), gpus.end());
+    gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  }
+  std::map<int, int64_t> last_gpu;
+  if (!gpus.empty()) {
+    inferd::ReaderMutexLock lock(&mu_);
+    if (auto it = entries_.find(name); it != entries_.end()) last_gpu = it->second.last_gpu_bytes;
+  }
+  std::map<int, int64_t> gpu_measured;
   {
     // Under a budget with RSS accounting, instance creation runs one model at a time so the
     // RSS growth is this version's own.
     std::optional<inferd::MutexLock> measure;
     if (budget_.enabled() && !options_.footprint_from_disk) measure.emplace(&measure_mu_);
+    // The GPUs' load locks, in ascending order: another version's instances are not created on
+    // these GPUs meanwhile, so the memory they lose is this version's (what else runs on the
+    // GPU, inference included, may still move it: the backend's own report wins when it has
+    // one).
+    std::vector<std::unique_ptr<inferd::MutexLock>> device_locks;
+    for (int d : gpus) device_locks.push_back(std::make_unique<inferd::MutexLock>(device_load_mu_[d].get()));
+    absl::Status room;
+    for (int d : gpus) {
+      room = MakeDeviceRoom(name, d, last_gpu.count(d) ? last_gpu[d] : 0);
+      if (!room.ok()) break;
+    }
+    std::map<int, uint64_t> free_before;
+    for (int d : gpus) {
+      auto info = options_.load.placement.gpus->GetMemoryInfo(d);
+      if (info.ok()) free_before[d] = info->free_bytes;
+    }
     const int active = instantiating_.fetch_add(1);
     const uint64_t started = instantiations_.fetch_add(1);
     const int64_t rss_before = RssBytes();
-    if (options_.namespacing) {
+    if (!room.ok()) {
+      model = room;
+    } else if (options_.namespacing) {
       LoadOptions load = options_.load;
       load.model_namespace = ns;
       model = Model::Load(cfg, dir, version, backend, load);
@@ -558,6 +600,15 @@ ModelLifecycle::VersionSlot ModelLifecycle::LoadVersion(
     // this version's alone, and its size on disk is the better figure.
     if (active > 0 || instantiations_.load() != started + 1) grown = 0;
     instantiating_.fetch_sub(1);
+    if (model.ok()) {
+      for (const auto& [d, before] : free_before) {
+        auto info = options_.load.placement.gpus->GetMemoryInfo(d);
+        if (!info.ok()) continue;
+        gpu_measured[d] = before > info->free_bytes ? static_cast<int64_t>(before - info->free_bytes) : 0;
+      }
+      // What a backend reports of its own allocations wins over the measurement.
+      for (const auto& [d, bytes] : (*model)->ReportedGpuMemoryBytes()) gpu_measured[d] = bytes;
+    }
   }
   if (!model.ok()) {
     (void)slot.state.TransitionTo(ModelState::kUnavailable, std::string(model.status().message()));
@@ -570,11 +621,18 @@ ModelLifecycle::VersionSlot ModelLifecycle::LoadVersion(
   slot.footprint = options_.footprint_from_disk ? on_disk
                                                 : std::max({grown, on_disk, measured_before});
   (*model)->set_footprint_bytes(slot.footprint);
+  (*model)->set_gpu_memory_bytes(gpu_measured);
+  slot.gpu_bytes = gpu_measured;
   slot.model = *std::move(model);
   // Triton's wording ("successfully loaded"), on every route that loads (start-up, the
   // repository API, on-demand, poll, SageMaker); the unload line is ~Model's.
+  std::string gpu_line;
+  for (const auto& [d, bytes] : gpu_measured) {
+    StrAppend(&gpu_line, ", GPU ", d, ": ", bytes >> 20, " MiB (", bytes, " bytes)");
+  }
   LOG_INFO << "successfully loaded '" << cfg.name() << "' version " << version << " in "
-           << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes";
+           << SecondsSince(version_start) << " s, memory " << slot.footprint << " bytes"
+           << gpu_line;
   return slot;
 }
 
@@ -614,6 +672,13 @@ int64_t ModelLifecycle::SwapIn(const std::string& name, const std::string& finge
   }
   // The measured footprint replaces the reservation, in one step.
   budget_.Settle(name, total_footprint, reserved);
+  std::map<int, int64_t> gpu_total;
+  for (const auto& [v, slot] : e.versions) {
+    if (!slot.model) continue;
+    for (const auto& [d, bytes] : slot.gpu_bytes) gpu_total[d] += bytes;
+  }
+  budget_.SettleDevices(name, gpu_total);
+  if (any_ready) e.last_gpu_bytes = gpu_total;
   if (e.fingerprint != fingerprint) e.measured.clear();
   for (const auto& [v, slot] : e.versions) {
     if (slot.model) e.measured[v] = std::max(e.measured[v], slot.footprint);
@@ -1602,6 +1667,55 @@ absl::Status ModelLifecycle::MakeRoom(const std::string& name, int64_t needed, i
       continue;
     }
     return room.status;
+  }
+}
+
+absl::Status ModelLifecycle::MakeDeviceRoom(const std::string& name, int device, int64_t needed) {
+  auto limit = options_.gpu_load_limits.find(device);
+  if (limit == options_.gpu_load_limits.end()) return absl::OkStatus();
+  const gpu::Runtime* gpus = options_.load.placement.gpus;
+  std::string evicted;
+  // Each round evicts one model or ends; a victim that turned busy under our feet is skipped.
+  for (int round = 0;; ++round) {
+    ASSIGN_OR_RETURN(gpu::MemoryInfo info, gpus->GetMemoryInfo(device));
+    const uint64_t used = info.total_bytes - std::min(info.free_bytes, info.total_bytes);
+    const double limit_bytes = limit->second * static_cast<double>(info.total_bytes);
+    if (static_cast<double>(used) + static_cast<double>(needed) <= limit_bytes) {
+      return absl::OkStatus();
+    }
+    MemoryBudget::Models models;
+    {
+      inferd::MutexLock lock(&mu_);
+      models = BudgetModelsLocked();
+    }
+    const std::string victim = budget_.DeviceVictim(name, device, models);
+    if (victim.empty() || round >= 4096) {
+      return absl::ResourceExhaustedError(StrCat(
+          "model '", name, "' cannot load on GPU ", device, ": its memory usage ", used >> 20,
+          " MiB", needed > 0 ? StrCat(" + ", needed >> 20, " MiB this model took there before")
+                             : std::string(),
+          " exceeds the limit of ", limit->second, " x ", info.total_bytes >> 20, " MiB = ",
+          static_cast<int64_t>(limit_bytes) >> 20, " MiB (--model-load-gpu-limit ", device, ":",
+          limit->second, "); held on GPU ", device, " by ", budget_.DeviceHolders(device, models),
+          ", none of it idle and evictable",
+          evicted.empty() ? std::string() : StrCat(" (evicted for this load: ", evicted, ")")));
+    }
+    std::vector<std::shared_ptr<const Model>> retired;
+    {
+      inferd::MutexLock lock(&mu_);
+      // A victim that became busy since is kept; the next round asks again.
+      auto it = entries_.find(victim);
+      if (it != entries_.end() && EvictableLocked(victim, it->second)) {
+        RetireLocked(victim, StrCat("evicted to make room for '", name, "' on GPU ", device,
+                                    " under --model-load-gpu-limit"),
+                     &retired);
+        ++counters_.evictions;
+        LOG_INFO << "evicted idle model '" << victim << "' to make room for '" << name
+                 << "' on GPU " << device;
+        StrAppend(&evicted, evicted.empty() ? "" : ", ", victim);
+      }
+    }
+    FreeRetired(&retired);
   }
 }
 

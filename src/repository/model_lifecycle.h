@@ -103,6 +103,11 @@ struct LifecycleOptions {
   // (keyed "<repository>::<name>" inside the store), each ensemble's steps resolve in its own
   // repository first, and a request by such a name is refused as ambiguous (Triton's rules).
   bool namespacing = false;
+  // --model-load-gpu-limit: GPU id -> fraction of its memory. A load that places instances on
+  // such a GPU is refused when the GPU's used memory plus what the model took there at its
+  // last load would exceed the fraction of its total (Triton's check, which uses the current
+  // usage alone), after evicting idle evictable models that hold memory on that GPU.
+  std::map<int, double> gpu_load_limits;
 };
 
 // The store-wide counters behind the inferd_model_* metrics.
@@ -204,6 +209,7 @@ class ModelLifecycle {
     VersionState state;  // its reason is the index's
     std::shared_ptr<const Model> model;  // set while READY
     int64_t footprint = 0;
+    std::map<int, int64_t> gpu_bytes;  // device memory by GPU id, measured or reported at load
   };
   // A slot for a version whose load begins (LOADING).
   static VersionSlot NewSlot(const std::string& name, int64_t version);
@@ -230,6 +236,7 @@ class ModelLifecycle {
     std::vector<std::string> parts;  // an archive ensemble's composing models
     int64_t last_footprint = 0;      // its versions' footprint at its last load (kept after an eviction)
     std::map<int64_t, int64_t> measured;  // version -> largest footprint measured for `fingerprint`
+    std::map<int, int64_t> last_gpu_bytes;  // GPU id -> device memory at its last load (kept)
     // Loaded once from `origin`: the name is bound to that source until it is forgotten, and a
     // request naming another source for it is refused (never served by the wrong model).
     bool bound = false;
@@ -359,6 +366,13 @@ class ModelLifecycle {
   // `reserved` (when not null) receives the bytes held, which the caller gives back.
   absl::Status MakeRoom(const std::string& name, int64_t needed, int64_t at_least,
                         absl::Time deadline, int64_t* reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // --model-load-gpu-limit for GPU `device`: OK when its used memory plus `needed` stays within
+  // its limit (or it has none), evicting idle evictable models that hold memory on that GPU
+  // (the policy's order, one at a time, measuring again after each); else RESOURCE_EXHAUSTED
+  // naming the GPU, its limit, its usage and the models holding memory on it. The caller holds
+  // the device's load lock.
+  absl::Status MakeDeviceRoom(const std::string& name, int device, int64_t needed)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The footprint a load of `name` will likely have: its own last measured footprint, else its
   // size on disk plus the largest overhead (footprint minus size on disk) measured so far.
   int64_t EstimateFootprintLocked(const Entry& e, int64_t on_disk) const
@@ -394,6 +408,10 @@ class ModelLifecycle {
   // time): a file still being written in place is never loaded half-written.
   std::map<std::string, std::string> poll_seen_ ABSL_GUARDED_BY(pass_mu_);
   inferd::Mutex measure_mu_;  // instance creation, when footprints are RSS growth under a budget
+  // One per GPU: held around the creation of a version's GPU instances (and the limit check),
+  // so that the device memory measured before and after is that version's own. Loads on other
+  // GPUs and CPU-only loads go on meanwhile. Taken after measure_mu_, in ascending GPU order.
+  std::vector<std::unique_ptr<inferd::Mutex>> device_load_mu_;
   std::atomic<int> instantiating_{0};          // loads creating instances right now
   std::atomic<uint64_t> instantiations_{0};    // ever started (to see an overlap)
 

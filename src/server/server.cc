@@ -38,6 +38,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.memory_budget_bytes = options_.memory_budget_bytes;
   lo.footprint_from_disk = options_.footprint_from_disk;
   lo.eviction_policy = options_.eviction_policy;
+  lo.gpu_load_limits = options_.gpu_load_limits;
   lo.model_config_name = options_.model_config_name;
   lo.namespacing = options_.model_namespacing;
   // Ensemble steps take the same path as a client's request: validation, then the model.
@@ -222,7 +223,8 @@ absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_v
   }
   for (const auto& m : models) {
     out.push_back({m->config().name(), inferd::StrCat(m->version()), m->stats().Snapshot(),
-                   lifecycle_->FootprintBytes(m->config().name(), m->version())});
+                   lifecycle_->FootprintBytes(m->config().name(), m->version()),
+                   m->gpu_memory_bytes()});
   }
   return out;
 }

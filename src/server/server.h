@@ -62,6 +62,7 @@ struct ServerOptions {
   int64_t memory_budget_bytes = 0;                  // --model-memory-budget
   bool footprint_from_disk = false;                 // --model-memory-accounting=disk
   std::string eviction_policy = "cost";             // --model-eviction-policy
+  std::map<int, double> gpu_load_limits;            // --model-load-gpu-limit <gpu>:<fraction>
   metrics::LatencyMetricsConfig latency_metrics;    // --metrics-config
   // --cache-config local,size=N (or --response-cache-byte-size): the response cache that
   // models with `response_cache { enable: true }` use. Size 0: no cache.
@@ -89,6 +90,8 @@ struct ModelStatistics {
   std::string version;
   metrics::ModelStatsSnapshot stats;
   int64_t memory_bytes = 0;  // the version's measured footprint (statistics' memory_usage)
+  // Device memory the version holds, GPU id -> bytes (memory_usage's "GPU" entries).
+  std::map<int, int64_t> gpu_memory_bytes;
 };
 
 class Server {

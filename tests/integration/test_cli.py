@@ -93,6 +93,7 @@ IMPLEMENTED_FLAGS = [
     ("cache-config", "local,size=1048576"), ("id", "triton"),
     ("model-namespacing", "true"),  # both values: test_model_namespacing.py
     ("min-supported-compute-capability", "6.0"),  # placement: tests/unit/placement_test.cc
+    ("model-load-gpu-limit", "0:0.8"),  # tests/unit/gpu_memory_test.cc, test_gpu_memory_flags.py
     # The trace extension (test_trace_logging.py): --trace-config and tritonserver's deprecated
     # spellings of the same settings.
     ("trace-config", "level=TIMESTAMPS"), ("trace-file", "<log>.trace"),
@@ -123,7 +124,7 @@ NO_EFFECT_FLAGS = [
     ("rate-limit", "execution_count"), ("rate-limit-resource", "R1:10:0"),
     ("pinned-memory-pool-byte-size", "268435456"), ("cuda-memory-pool-byte-size", "0:67108864"),
     ("cuda-virtual-address-size", "0:1073741824"),
-    ("model-load-gpu-limit", "0:0.8"), ("buffer-manager-thread-count", "2"),
+    ("buffer-manager-thread-count", "2"),
     ("host-policy", "gpu_0,numa-node=0"), ("repoagent-directory", "/opt/tritonserver/repoagents"),
     ("allow-client-shm", "false"),
 ]

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "backends/identity/identity_backend.h"
 #include "gmock/gmock.h"
+#include "gpu/fake_runtime.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"
 
@@ -154,6 +155,83 @@ TEST_F(KServeServiceTest, RepositoryIndexShowsTheBrokenModelWithItsReason) {
   EXPECT_STREQ(doc[1]["state"].GetString(), "READY");
   // Load/unload need explicit mode.
   EXPECT_EQ(Call("POST", "/v2/repository/models/ident/unload").status, 400);
+}
+
+// memory_usage as Triton writes it: the CPU footprint, then one {"type":"GPU","id":<gpu>,
+// "byte_size":<bytes>} per GPU the version holds memory on (fake GPUs; the backend's instances
+// allocate fake device memory).
+class GpuStatsBackend : public backends::Backend {
+ public:
+  explicit GpuStatsBackend(gpu::FakeRuntime* rt) : rt_(rt) {}
+  std::string_view name() const override { return "gpustats"; }
+  absl::Status GpuInstanceSupport() const override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<backends::ModelInstance>> CreateInstance(
+      const backends::ModelSpec&, const inference::ModelInstanceGroup&, int) override {
+    return absl::UnimplementedError("GPU only");
+  }
+  absl::StatusOr<std::unique_ptr<backends::ModelInstance>> CreateInstanceOn(
+      const backends::ModelSpec&, const inference::ModelInstanceGroup&, int,
+      const backends::InstanceDevice& device) override {
+    auto memory = rt_->AllocateDevice(device.id, (device.id + 1) << 20);
+    if (!memory.ok()) return memory.status();
+    return std::make_unique<Instance>(*std::move(memory));
+  }
+
+ private:
+  struct Instance : backends::ModelInstance {
+    explicit Instance(std::unique_ptr<gpu::DeviceBuffer> m) : memory(std::move(m)) {}
+    void Execute(std::span<core::InferRequest* const>, std::span<core::InferResponse* const>,
+                 backends::ExecutionTimes*) override {}
+    std::unique_ptr<gpu::DeviceBuffer> memory;
+  };
+  gpu::FakeRuntime* const rt_;
+};
+
+TEST(KServeGpuStatisticsTest, MemoryUsageHasAGpuEntryPerDevice) {
+  const fs::path repo =
+      fs::temp_directory_path() / ("inferd_kserve_gpu_test_" + std::to_string(::getpid()));
+  fs::remove_all(repo);
+  fs::create_directories(repo / "g" / "1");
+  std::ofstream(repo / "g" / "config.pbtxt") << R"(backend: "gpustats" max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_GPU gpus: [ 1, 0 ] } ])";
+  auto rt = gpu::FakeRuntime::WithDevices(2);
+  backends::BackendRegistry backends;
+  backends.Register(std::make_unique<GpuStatsBackend>(rt.get()));
+  server::ServerOptions opts;
+  opts.repositories = {repo.string()};
+  opts.placement.gpus = rt.get();
+  server::Server server(opts, &backends);
+  ASSERT_TRUE(server.Start().ok());
+  KServeHttpService service(&server);
+  HttpRequest req;
+  req.method = "GET";
+  req.path = "/v2/models/g/stats";
+  std::promise<HttpResponse> done;
+  auto result = done.get_future();
+  service.Handle(req, std::make_shared<std::string>(),
+                 [&](std::function<HttpResponse()> make) { done.set_value(make()); });
+  HttpResponse r = result.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  rapidjson::Document doc;
+  doc.Parse(r.body.c_str());
+  ASSERT_TRUE(doc.IsObject()) << r.body;
+  const auto& usage = doc["model_stats"][0]["memory_usage"];
+  ASSERT_TRUE(usage.IsArray()) << r.body;
+  std::vector<std::string> gpu;
+  for (const auto& u : usage.GetArray()) {
+    ASSERT_TRUE(u["type"].IsString() && u["id"].IsInt64() && u["byte_size"].IsUint64()) << r.body;
+    if (std::string(u["type"].GetString()) == "GPU") {
+      gpu.push_back(std::to_string(u["id"].GetInt64()) + ":" +
+                    std::to_string(u["byte_size"].GetUint64()));
+    } else {
+      EXPECT_EQ(std::string(u["type"].GetString()), "CPU") << r.body;
+    }
+  }
+  EXPECT_THAT(gpu, ::testing::ElementsAre("0:1048576", "1:2097152")) << r.body;
+  server.Shutdown();
+  fs::remove_all(repo);
 }
 
 }  // namespace

@@ -34,6 +34,12 @@ void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics
     usage->set_id(0);
     usage->set_byte_size(static_cast<uint64_t>(m.memory_bytes));
   }
+  for (const auto& [gpu, bytes] : m.gpu_memory_bytes) {
+    auto* usage = out->add_memory_usage();
+    usage->set_type("GPU");
+    usage->set_id(gpu);
+    usage->set_byte_size(static_cast<uint64_t>(bytes));
+  }
   const auto& s = m.stats;
   out->set_name(m.name);
   out->set_version(m.version);

@@ -396,6 +396,17 @@ HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t ver
       w.Uint64(static_cast<uint64_t>(m.memory_bytes));
       w.EndObject();
     }
+    // Triton's entry per GPU the version holds memory on: {"type":"GPU","id":<gpu>,...}.
+    for (const auto& [gpu, bytes] : m.gpu_memory_bytes) {
+      w.StartObject();
+      w.Key("type");
+      w.String("GPU");
+      w.Key("id");
+      w.Int64(gpu);
+      w.Key("byte_size");
+      w.Uint64(static_cast<uint64_t>(bytes));
+      w.EndObject();
+    }
     w.EndArray();
     w.EndObject();
   }
