@@ -246,7 +246,7 @@ TEST(CudaSharedMemoryTest, RefusalsNameWhatIsWrong) {
     EXPECT_THAT(st.message(), HasSubstr(text));
   };
   expect(shm.RegisterCuda("", c.handle, 0, 16), absl::StatusCode::kInvalidArgument,
-         "needs a name");
+         "failed to register CUDA shared memory region '': a region needs a name");
   expect(shm.RegisterCuda("r", c.handle.substr(0, 63), 0, 16), absl::StatusCode::kInvalidArgument,
          "failed to register CUDA shared memory region 'r': failed to open CUDA IPC handle: "
          "'raw_handle' must be the 64 bytes of a cudaIpcMemHandle_t, got 63");
