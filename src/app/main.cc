@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   // The host's GPUs, asked once here (CUDA opens the driver on this first call).
   gpu::Runtime& gpus = gpu::SystemRuntime();
   flags->server.placement.gpus = &gpus;
+  flags->server.gpus = &gpus;
   if (gpus.DeviceCount() == 0) {
     LOG_INFO << "GPUs: none (" << gpus.UnavailableReason() << ")";
   }

@@ -40,7 +40,8 @@ struct InputTensor {
   std::optional<SharedMemoryRef> shm;
   // Where `data` points (Triton's memory type and id). Host by default; a GPU place is for
   // bytes in a CUDA shared-memory region or an ensemble step's GPU output, which code reading
-  // `data` as host bytes must first copy with gpu::CopyToPlace. Nothing sets a GPU place yet.
+  // `data` as host bytes must first copy with gpu::CopyToPlace. The server's shared-memory
+  // manager leaves a GPU place only for a model that takes GPU inputs (none does yet).
   MemoryPlace place;
 };
 

@@ -15,7 +15,7 @@ namespace inferd::server {
 
 Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
                metrics::MetricsRegistry* registry)
-    : options_(std::move(options)), backends_(backends) {
+    : options_(std::move(options)), backends_(backends), shared_memory_(options_.gpus) {
   if (options_.response_cache_bytes > 0) {
     response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
   }
@@ -54,15 +54,21 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
 
 Server::~Server() { Shutdown(); }
 
-const std::vector<std::string>& Server::Extensions() {
-  // Triton's list (core's InferenceServer constructor), in its order, less cuda_shared_memory:
-  // register is refused here (no GPU); unregister and status answer as a no-op so that clients'
-  // teardown (perf_analyzer's) succeeds, which is not the extension.
-  static const std::vector<std::string> kExtensions = {
+std::vector<std::string> Server::Extensions() const {
+  // Triton's list (core's InferenceServer constructor), in its order. cuda_shared_memory is
+  // there when the build can serve it (CUDA in the build, or the fake devices in tests), as
+  // Triton lists it whenever it is built with GPU support: on a host without a GPU, register
+  // then answers 400 saying why, as Triton's does when cudaIpcOpenMemHandle fails. A build
+  // without CUDA leaves it out (register: "GPUs not supported"), as Triton built without GPU;
+  // status and unregister still answer there, so clients' teardown (perf_analyzer's) succeeds.
+  std::vector<std::string> extensions = {
       "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-      "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data",
-      "parameters", "statistics", "trace", "logging"};
-  return kExtensions;
+      "schedule_policy", "model_configuration", "system_shared_memory"};
+  if (shared_memory_.SupportsCuda()) extensions.push_back("cuda_shared_memory");
+  for (const char* e : {"binary_tensor_data", "parameters", "statistics", "trace", "logging"}) {
+    extensions.push_back(e);
+  }
+  return extensions;
 }
 
 absl::Status Server::Start() {
@@ -256,6 +262,9 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
       return;
     }
   }
+  // No backend takes GPU inputs yet (none reads InputTensor::place), so an input in a CUDA
+  // region is copied to the host once, here; a backend that does will pass its instances' GPU
+  // as Attach's `gpu_inputs_on`, and the tensor then keeps its GPU place with no copy.
   absl::Status valid = shared_memory_.Attach(request.get());
   if (valid.ok()) valid = ValidateRequest(model.config(), request.get());
   if (!valid.ok()) {

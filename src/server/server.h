@@ -50,6 +50,10 @@ struct ServerOptions {
   // Where instances run: the host's GPUs (gpu::SystemRuntime() in the server),
   // --min-supported-compute-capability, --gpu-fallback-to-cpu.
   repository::PlacementOptions placement;
+  // The device layer for CUDA shared memory (opening clients' IPC handles, copies between a
+  // region and the host): gpu::SystemRuntime() in the server, the fake devices in tests; null
+  // refuses CUDA regions as Triton built without GPU support. Must outlive the server.
+  gpu::Runtime* gpus = nullptr;
   // --model-config-name: each model's config is <model>/configs/<name>.pbtxt where that file
   // exists (config::ModelConfigPath), config.pbtxt otherwise.
   std::string model_config_name;
@@ -111,7 +115,8 @@ class Server {
 
   static constexpr std::string_view kName = "inferd";
   static constexpr std::string_view kVersion = "0.1.0";
-  static const std::vector<std::string>& Extensions();
+  // The server metadata's extensions (Triton's names, in its order).
+  std::vector<std::string> Extensions() const;
   // The server metadata's "name" (--id; kName by default).
   const std::string& id() const { return options_.id; }
 
@@ -165,7 +170,8 @@ class Server {
   bool SubmitLoad(std::function<void()> task);
   // The model-name rules (no path parts, valid UTF-8), for frontends that take names.
   static absl::Status ValidateModelName(std::string_view name);
-  // The system shared-memory regions clients registered (the shared-memory extension).
+  // The system and CUDA shared-memory regions clients registered (the shared-memory
+  // extensions), in one name space as Triton's.
   SharedMemoryManager& shared_memory() { return shared_memory_; }
   // Null when no response cache is configured.
   const ResponseCache* response_cache() const { return response_cache_.get(); }

@@ -8,22 +8,70 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/status_macros.h"
 #include "common/strings.h"
+#include "gpu/copy.h"
+#include "gpu/cuda_shared_memory.h"
 
 namespace inferd::server {
 
 struct SharedMemoryManager::Region {
   SharedMemoryRegionStatus status;
+  // A system region: its mapping.
   void* map_base = MAP_FAILED;
   size_t map_length = 0;
-  char* data = nullptr;  // map_base + (offset - the page-aligned offset)
+  // Where the region's bytes start: map_base + (offset - the page-aligned offset) for a
+  // system region, the opened handle's base for a CUDA one.
+  char* data = nullptr;
+  MemoryPlace place;
+  std::unique_ptr<gpu::CudaIpcRegion> cuda;  // a CUDA region; closed by its destructor
   ~Region() {
     if (map_base != MAP_FAILED) munmap(map_base, map_length);
   }
 };
 
-SharedMemoryManager::SharedMemoryManager() = default;
+namespace {
+
+absl::Status AlreadyInManager(const std::string& name) {
+  // Triton's ALREADY_EXISTS (HTTP 409), whichever kind holds the name.
+  return absl::AlreadyExistsError(
+      inferd::StrCat("shared memory region '", name, "' already in manager"));
+}
+
+std::string_view KindWords(MemoryType kind) {
+  return kind == MemoryType::kGpu ? "CUDA shared memory" : "system shared memory";
+}
+
+// Copies `bytes` between two places, waiting for the copy when a GPU is at either end.
+absl::Status CopyPlaced(gpu::Runtime* gpus, void* dst, MemoryPlace dst_place, const void* src,
+                        MemoryPlace src_place, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst_place.OnHost() && src_place.OnHost()) {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  if (gpus == nullptr) return absl::InternalError("a GPU copy without a GPU runtime");
+  // The stream of the GPU end (either, for GPU to GPU); waited for here, so the bytes are in
+  // place before the request goes on (an input) or the client is answered (an output).
+  const int device = dst_place.OnHost() ? src_place.device_id : dst_place.device_id;
+  auto stream = gpus->CreateStream(device);
+  if (!stream.ok()) return stream.status();
+  RETURN_IF_ERROR(gpu::CopyBetween(*gpus, dst, dst_place, src, src_place, bytes, stream->get()));
+  return (*stream)->Synchronize();
+}
+
+}  // namespace
+
+SharedMemoryManager::SharedMemoryManager(gpu::Runtime* gpus) : gpus_(gpus) {}
 SharedMemoryManager::~SharedMemoryManager() = default;
+
+bool SharedMemoryManager::SupportsCuda() const { return gpu::SupportsCudaSharedMemory(gpus_); }
+
+absl::Status SharedMemoryManager::Insert(const std::string& name, std::shared_ptr<Region> region) {
+  inferd::MutexLock lock(&mu_);
+  if (!regions_.emplace(name, std::move(region)).second) return AlreadyInManager(name);
+  return absl::OkStatus();
+}
 
 absl::Status SharedMemoryManager::Register(const std::string& name, const std::string& key,
                                           uint64_t offset, uint64_t byte_size) {
@@ -34,16 +82,13 @@ absl::Status SharedMemoryManager::Register(const std::string& name, const std::s
   if (name.empty()) {
     return absl::InvalidArgumentError("a shared memory region needs a name");
   }
+  {
+    inferd::MutexLock lock(&mu_);
+    if (regions_.count(name)) return AlreadyInManager(name);
+  }
   if (key.empty()) return fail("'key' is empty");
   if (key.find('\0') != std::string::npos) return fail("'key' contains a NUL character");
   if (byte_size == 0) return fail("'byte_size' must be positive");
-  {
-    inferd::MutexLock lock(&mu_);
-    if (regions_.count(name)) {
-      return absl::InvalidArgumentError(
-          inferd::StrCat("shared memory region '", name, "' is already registered"));
-    }
-  }
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) {
     return fail(inferd::StrCat("unable to open shared memory object '", key, "': ",
@@ -74,40 +119,75 @@ absl::Status SharedMemoryManager::Register(const std::string& name, const std::s
     return fail(inferd::StrCat("mmap of '", key, "' failed: ", std::strerror(map_err)));
   }
   region->data = static_cast<char*>(region->map_base) + (offset - aligned);
-  region->status = {name, key, offset, byte_size};
-  inferd::MutexLock lock(&mu_);
-  if (!regions_.emplace(name, std::move(region)).second) {
-    return absl::InvalidArgumentError(
-        inferd::StrCat("shared memory region '", name, "' is already registered"));
-  }
-  return absl::OkStatus();
+  region->place = MemoryPlace::Host();
+  region->status = {MemoryType::kCpu, name, key, offset, 0, byte_size};
+  // A second Register of the same name racing this one is settled here; the loser's mapping
+  // goes with its Region.
+  return Insert(name, std::move(region));
 }
 
-absl::Status SharedMemoryManager::Unregister(const std::string& name) {
-  std::vector<std::shared_ptr<Region>> dropped;  // unmapped outside the lock
-  inferd::MutexLock lock(&mu_);
+absl::Status SharedMemoryManager::RegisterCuda(const std::string& name,
+                                              std::string_view raw_handle, int64_t device_id,
+                                              uint64_t byte_size) {
   if (name.empty()) {
-    for (auto& [n, r] : regions_) dropped.push_back(std::move(r));
-    regions_.clear();
-  } else if (auto it = regions_.find(name); it != regions_.end()) {
-    dropped.push_back(std::move(it->second));
-    regions_.erase(it);
+    // Triton's prefix (its own test registers "" and expects it), then what is wrong.
+    return absl::InvalidArgumentError(
+        "failed to register CUDA shared memory region '': a region needs a name");
+  }
+  {
+    inferd::MutexLock lock(&mu_);
+    if (regions_.count(name)) return AlreadyInManager(name);
+  }
+  // Opened outside the lock (a driver call); a racing Register of the same name is settled by
+  // Insert, and the loser's handle closed with its Region.
+  auto cuda = gpu::CudaIpcRegion::Open(gpus_, name, raw_handle, device_id, byte_size);
+  if (!cuda.ok()) return cuda.status();
+  auto region = std::make_shared<Region>();
+  region->data = (*cuda)->base();
+  region->place = (*cuda)->place();
+  region->status = {MemoryType::kGpu, name, "", 0, (*cuda)->device_id(), byte_size};
+  region->cuda = *std::move(cuda);
+  return Insert(name, std::move(region));
+}
+
+absl::Status SharedMemoryManager::Unregister(const std::string& name, MemoryType kind) {
+  const bool cuda = kind == MemoryType::kGpu;
+  std::vector<std::shared_ptr<Region>> dropped;  // unmapped / closed outside the lock
+  inferd::MutexLock lock(&mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    const bool match = (name.empty() || it->first == name) &&
+                       (it->second->status.kind == MemoryType::kGpu) == cuda;
+    if (match) {
+      dropped.push_back(std::move(it->second));
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryManager::Status(
-    const std::string& name) const {
+    const std::string& name, MemoryType kind) const {
+  const bool cuda = kind == MemoryType::kGpu;
   std::vector<SharedMemoryRegionStatus> out;
   inferd::MutexLock lock(&mu_);
   if (name.empty()) {
-    for (const auto& [n, r] : regions_) out.push_back(r->status);
+    for (const auto& [n, r] : regions_) {
+      if ((r->status.kind == MemoryType::kGpu) == cuda) out.push_back(r->status);
+    }
     return out;
   }
   auto it = regions_.find(name);
   if (it == regions_.end()) {
-    return absl::NotFoundError(
-        inferd::StrCat("unable to find system shared memory region: '", name, "'"));
+    return absl::NotFoundError(inferd::StrCat("unable to find ", cuda ? "cuda" : "system",
+                                              " shared memory region: '", name, "'"));
+  }
+  if ((it->second->status.kind == MemoryType::kGpu) != cuda) {
+    // Triton's words for a name of the other kind.
+    return absl::NotFoundError(inferd::StrCat(
+        "The region named '", name, "' is registered as ",
+        KindWords(it->second->status.kind), ", not ", KindWords(kind)));
   }
   out.push_back(it->second->status);
   return out;
@@ -129,22 +209,44 @@ absl::StatusOr<SharedMemoryManager::View> SharedMemoryManager::Resolve(
   if (ref.offset > size || ref.byte_size > size - ref.offset) {
     return absl::InvalidArgumentError(inferd::StrCat(
         what, ": shared_memory_offset ", ref.offset, " + shared_memory_byte_size ",
-        ref.byte_size, " is past the end of shared memory region '", ref.region, "' of ", size,
-        " bytes"));
+        ref.byte_size, " is past the end of ",
+        region->status.kind == MemoryType::kGpu ? "CUDA " : "", "shared memory region '",
+        ref.region, "' of ", size, " bytes"));
   }
   View v;
   v.data = region->data + ref.offset;
   v.size = static_cast<size_t>(ref.byte_size);
+  v.place = region->place;
   v.holder = std::move(region);
   return v;
 }
 
-absl::Status SharedMemoryManager::Attach(core::InferRequest* request) const {
+absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
+                                         std::optional<int> gpu_inputs_on) const {
   for (auto& in : request->inputs) {
     if (!in.shm) continue;
     auto view = Resolve(*in.shm, inferd::StrCat("input '", in.name, "'"));
     if (!view.ok()) return view.status();
+    if (!view->place.OnHost() &&
+        !(gpu_inputs_on.has_value() && *gpu_inputs_on == view->place.device_id)) {
+      // The model reads host bytes: one device-to-host copy, here at the edge.
+      auto host = gpu::PlacedBuffer::Allocate(*gpus_, MemoryPlace::Host(), view->size);
+      if (!host.ok()) return host.status();
+      if (absl::Status st = CopyPlaced(gpus_, host->data(), MemoryPlace::Host(), view->data, view->place,
+                                 view->size);
+          !st.ok()) {
+        return absl::InternalError(inferd::StrCat("input '", in.name,
+                                                  "': copying from CUDA shared memory region '",
+                                                  in.shm->region, "': ", st.message()));
+      }
+      auto owned = std::make_shared<gpu::PlacedBuffer>(*std::move(host));
+      in.data = owned->view();
+      in.place = MemoryPlace::Host();
+      request->holders.push_back(std::move(owned));
+      continue;
+    }
     in.data = std::string_view(view->data, view->size);
+    in.place = view->place;
     request->holders.push_back(std::move(view->holder));
   }
   struct Target {
@@ -166,7 +268,8 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request) const {
   if (targets.empty()) return absl::OkStatus();
   // Runs on the completing thread, before the frontend serializes: copy each output into its
   // region and leave only its description in the response.
-  request->on_complete = [targets = std::move(targets), next = std::move(request->on_complete)](
+  request->on_complete = [gpus = gpus_, targets = std::move(targets),
+                          next = std::move(request->on_complete)](
                              std::unique_ptr<core::InferResponse> response) {
     if (response->status.ok()) {
       for (auto& out : response->outputs) {
@@ -179,7 +282,14 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request) const {
                 t.view.size));
             break;
           }
-          if (!out.data.empty()) std::memcpy(t.view.data, out.data.data(), out.data.size());
+          if (absl::Status st = CopyPlaced(gpus, t.view.data, t.view.place, out.data.data(), out.place,
+                                     out.data.size());
+              !st.ok()) {
+            response->status = absl::InternalError(
+                inferd::StrCat("output '", out.name, "': copying into shared memory region '",
+                               t.region, "': ", st.message()));
+            break;
+          }
           out.data = {};
           out.holder.reset();
           out.in_shared_memory = true;

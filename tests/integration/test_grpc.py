@@ -190,15 +190,15 @@ def test_classification_over_grpc(stub, pb):
     assert entries[0].split(":")[2] == "dog"
 
 
-def test_unimplemented_rpcs_say_so(stub, pb):
+def test_cuda_shared_memory_register_is_a_client_error(stub, pb):
     m = pb[0]
-    # (System shared memory is implemented: tests/integration/test_shared_memory.py.)
-    # (TraceSetting and LogSettings are implemented: tests/integration/test_trace_logging.py.)
-    for call, req in ((stub.CudaSharedMemoryRegister, m.CudaSharedMemoryRegisterRequest()),):
-        with pytest.raises(grpc.RpcError) as e:
-            call(req)
-        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "not supported" in e.value.details()
+    # Every RPC is implemented (system and CUDA shared memory: test_shared_memory.py; trace and
+    # logging: test_trace_logging.py). An empty CUDA register is Triton's INVALID_ARGUMENT with
+    # its prefix, GPU or not.
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CudaSharedMemoryRegister(m.CudaSharedMemoryRegisterRequest())
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "failed to register CUDA shared memory region" in e.value.details()
 
 
 def test_load_unload_over_grpc(server_factory, make_repo, pb):

@@ -5,8 +5,10 @@ numpy), status and unregister, a region unregistered while a request uses it, an
 input answered 400 naming what was wrong while the server stays up. CUDA shared memory is
 refused as not supported (501 / UNIMPLEMENTED)."""
 
+import base64
 import json
 import random
+import re
 import threading
 import time
 from multiprocessing import shared_memory
@@ -125,7 +127,8 @@ def test_http_round_trip_status_and_unregister(srv, regions):
     assert srv.get("/v2/systemsharedmemory/status").json() == []
     md = srv.get("/v2").json()
     assert "system_shared_memory" in md["extensions"]
-    assert "cuda_shared_memory" not in md["extensions"]
+    # Advertised by a build with CUDA (as Triton built with GPU support), even without a GPU.
+    assert ("cuda_shared_memory" in md["extensions"]) == cuda_build(srv)
 
 
 def test_region_unregistered_while_a_request_uses_it(srv, regions):
@@ -156,7 +159,8 @@ def test_register_rejects_bad_regions(srv, regions):
     assert_error(register(srv, "a", key, 16, offset=5000), 400, "past the end")
     assert_error(register(srv, "a", key, 0), 400, "byte_size")
     assert register(srv, "a", key, 1000).status_code == 200
-    assert_error(register(srv, "a", key, 10), 400, "'a'", "already registered")
+    # Triton's ALREADY_EXISTS, which its HTTP frontend answers 409.
+    assert_error(register(srv, "a", key, 10), 409, "shared memory region 'a' already in manager")
     p = "/v2/systemsharedmemory/region/b/register"
     assert_error(srv.post(p, json={"offset": 0, "byte_size": 8}), 400, "'key'")
     assert_error(srv.post(p, json={"key": key}), 400, "'byte_size'")
@@ -213,13 +217,27 @@ def test_infer_rejects_bad_references(srv, regions):
     assert srv.post("/v2/models/simple/infer", json=simple_request()).status_code == 200
 
 
-def test_cuda_shared_memory_register_is_refused_and_teardown_succeeds(srv, pb):
-    # Issue 26: as Triton built without GPU support, only register is refused; unregister (all,
-    # or a name) succeeds as a no-op and status lists no region, so perf_analyzer's
-    # --shared-memory teardown (which always unregisters CUDA regions) ends cleanly.
-    assert_error(srv.post("/v2/cudasharedmemory/region/c/register",
-                          json={"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}),
-                 501, "CUDA shared memory is not supported")
+def cuda_build(srv):
+    """Whether the server binary has CUDA (its start-up line says "built without CUDA" when not)."""
+    return "built without CUDA" not in srv.log()
+
+
+def test_cuda_shared_memory_without_a_gpu(srv, regions, pb):
+    # The real "no GPU" path: register is Triton's 400 for a handle cudaIpcOpenMemHandle cannot
+    # open (with CUDA's reason), or "GPUs not supported" in a build without CUDA; status lists
+    # no region and unregister succeeds, so perf_analyzer's --shared-memory teardown (which
+    # always unregisters CUDA regions) ends cleanly.
+    handle = {"b64": base64.b64encode(bytes(64)).decode()}
+    r = srv.post("/v2/cudasharedmemory/region/c/register",
+                 json={"raw_handle": handle, "device_id": 0, "byte_size": 8})
+    if cuda_build(srv):
+        why = "failed to register CUDA shared memory region 'c': failed to open CUDA IPC handle: " \
+              "this server has no GPU ("
+    else:
+        why = "failed to register CUDA shared memory region: 'c', GPUs not supported"
+    assert_error(r, 400, why)
+    if cuda_build(srv):
+        assert re.search(r"CUDA error (35|34)", r.json()["error"]), r.text
     for path in ("/v2/cudasharedmemory/unregister", "/v2/cudasharedmemory/region/c/unregister"):
         r = srv.post(path)
         assert r.status_code == 200, (path, r.status_code, r.text)
@@ -227,22 +245,56 @@ def test_cuda_shared_memory_register_is_refused_and_teardown_succeeds(srv, pb):
     assert r.status_code == 200 and r.json() == [], r.text
     assert_error(srv.get("/v2/cudasharedmemory/region/c/status"), 404,
                  "unable to find cuda shared memory region: 'c'")
+    # Malformed bodies are 400s naming the field.
+    p = "/v2/cudasharedmemory/region/c/register"
+    assert_error(srv.post(p, json={"device_id": 0, "byte_size": 8}), 400, "'raw_handle'")
+    assert_error(srv.post(p, json={"raw_handle": {"b64": "%%"}, "device_id": 0, "byte_size": 8}),
+                 400, "base64")
+    assert_error(srv.post(p, json={"raw_handle": handle, "byte_size": 8}), 400, "'device_id'")
+    assert_error(srv.post(p, json={"raw_handle": handle, "device_id": 0}), 400, "'byte_size'")
+    assert_error(srv.get(p), 405)
+
+    # One name space with the system regions, as Triton's one manager: the clash is found
+    # before any handle is opened, so it answers the same with or without a GPU.
+    shm, key = regions(64)
+    assert register(srv, "sys", key, 64).status_code == 200
+    assert_error(srv.post("/v2/cudasharedmemory/region/sys/register",
+                          json={"raw_handle": handle, "device_id": 0, "byte_size": 8}),
+                 409, "shared memory region 'sys' already in manager")
+    assert_error(srv.get("/v2/cudasharedmemory/region/sys/status"), 404,
+                 "The region named 'sys' is registered as system shared memory, not CUDA "
+                 "shared memory")
+    assert srv.post("/v2/cudasharedmemory/region/sys/unregister").status_code == 200
+    assert srv.post("/v2/cudasharedmemory/unregister").status_code == 200
+    # The system region is untouched by CUDA unregisters.
+    assert [x["name"] for x in srv.get("/v2/systemsharedmemory/status").json()] == ["sys"]
+
     import grpc
     pb2, pb2_grpc = pb
     stub = pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}"))
     with pytest.raises(grpc.RpcError) as e:
-        stub.CudaSharedMemoryRegister(pb2.CudaSharedMemoryRegisterRequest(name="c", byte_size=8),
-                                      timeout=10)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not supported" in e.value.details()
+        stub.CudaSharedMemoryRegister(pb2.CudaSharedMemoryRegisterRequest(
+            name="c", raw_handle=bytes(64), device_id=0, byte_size=8), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert why in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CudaSharedMemoryRegister(pb2.CudaSharedMemoryRegisterRequest(
+            name="sys", raw_handle=bytes(64), device_id=0, byte_size=8), timeout=10)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "shared memory region 'sys' already in manager" in e.value.details()
     stub.CudaSharedMemoryUnregister(pb2.CudaSharedMemoryUnregisterRequest(), timeout=10)
     stub.CudaSharedMemoryUnregister(pb2.CudaSharedMemoryUnregisterRequest(name="c"), timeout=10)
     assert len(stub.CudaSharedMemoryStatus(pb2.CudaSharedMemoryStatusRequest(), timeout=10).regions) == 0
     with pytest.raises(grpc.RpcError) as e:
         stub.CudaSharedMemoryStatus(pb2.CudaSharedMemoryStatusRequest(name="c"), timeout=10)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
-    # The system regions are untouched by a CUDA unregister of all.
-    assert srv.get("/v2/systemsharedmemory/status").status_code == 200
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CudaSharedMemoryStatus(pb2.CudaSharedMemoryStatusRequest(name="sys"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "registered as system shared memory" in e.value.details()
+    md = stub.ServerMetadata(pb2.ServerMetadataRequest(), timeout=10)
+    assert ("cuda_shared_memory" in md.extensions) == cuda_build(srv)
+    assert [x["name"] for x in srv.get("/v2/systemsharedmemory/status").json()] == ["sys"]
 
 
 def test_grpc_round_trip_and_errors(srv, regions, pb):
@@ -291,7 +343,6 @@ def test_grpc_round_trip_and_errors(srv, regions, pb):
     np.testing.assert_array_equal(np.frombuffer(resp.raw_output_contents[0], np.int32), a + b)
 
     for bad, words in [
-        (pb2.SystemSharedMemoryRegisterRequest(name="in", key=key_in, byte_size=8), "already registered"),
         (pb2.SystemSharedMemoryRegisterRequest(name="x", key="/inferd-none", byte_size=8), "/inferd-none"),
         (pb2.SystemSharedMemoryRegisterRequest(name="x", key=key_in, offset=64, byte_size=65), "past the end"),
     ]:
@@ -299,6 +350,11 @@ def test_grpc_round_trip_and_errors(srv, regions, pb):
             stub.SystemSharedMemoryRegister(bad, timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
         assert words in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        stub.SystemSharedMemoryRegister(
+            pb2.SystemSharedMemoryRegisterRequest(name="in", key=key_in, byte_size=8), timeout=10)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS, e.value
+    assert "shared memory region 'in' already in manager" in e.value.details()
     small = pb2.ModelInferRequest()
     small.CopyFrom(req)
     small.outputs[0].parameters["shared_memory_byte_size"].int64_param = 16

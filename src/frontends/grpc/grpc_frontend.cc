@@ -21,12 +21,6 @@ namespace {
 using grpc::CallbackServerContext;
 using grpc::ServerUnaryReactor;
 
-grpc::Status CudaUnsupported() {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "CUDA shared memory is not supported on this server (it has no GPU); use "
-                      "system shared memory");
-}
-
 void FillStatistics(const server::ModelStatistics& m, inference::ModelStatistics* out) {
   if (m.memory_bytes > 0) {
     auto* usage = out->add_memory_usage();
@@ -342,7 +336,7 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kMetadata)) return refused;
     resp->set_name(server_->id());
     resp->set_version(std::string(server::Server::kVersion));
-    for (const auto& e : server::Server::Extensions()) resp->add_extensions(e);
+    for (const auto& e : server_->Extensions()) resp->add_extensions(e);
     return Done(ctx, grpc::Status::OK);
   }
 
@@ -527,31 +521,34 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
     return Done(ctx, ToGrpcStatus(server_->shared_memory().Unregister(req->name())));
   }
-  // Status and unregister as Triton built without GPU support answers them: no CUDA region
-  // exists, so status lists none (a named one is not found) and unregister is a no-op that
-  // succeeds (perf_analyzer's teardown always calls it); register alone is refused.
+  // The CUDA regions share the manager's name space with the system ones, as in Triton.
   ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
                                              const inference::CudaSharedMemoryStatusRequest* req,
-                                             inference::CudaSharedMemoryStatusResponse*) override {
+                                             inference::CudaSharedMemoryStatusResponse* resp) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    if (!req->name().empty()) {
-      return Done(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                    inferd::StrCat("unable to find cuda shared memory region: '",
-                                                   req->name(), "'")));
+    auto regions = server_->shared_memory().Status(req->name(), MemoryType::kGpu);
+    if (!regions.ok()) return Done(ctx, ToGrpcStatus(regions.status()));
+    for (const auto& r : *regions) {
+      auto& out = (*resp->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_device_id(static_cast<uint64_t>(r.device_id));
+      out.set_byte_size(r.byte_size);
     }
     return Done(ctx, grpc::Status::OK);
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
-                                               const inference::CudaSharedMemoryRegisterRequest*,
+                                               const inference::CudaSharedMemoryRegisterRequest* req,
                                                inference::CudaSharedMemoryRegisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, CudaUnsupported());
+    return Done(ctx, ToGrpcStatus(server_->shared_memory().RegisterCuda(
+                         req->name(), req->raw_handle(), req->device_id(), req->byte_size())));
   }
   ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
-                                                 const inference::CudaSharedMemoryUnregisterRequest*,
+                                                 const inference::CudaSharedMemoryUnregisterRequest* req,
                                                  inference::CudaSharedMemoryUnregisterResponse*) override {
     if (auto* refused = Refuse(ctx, ApiCategory::kSharedMemory)) return refused;
-    return Done(ctx, grpc::Status::OK);
+    return Done(ctx, ToGrpcStatus(server_->shared_memory().Unregister(req->name(),
+                                                                     MemoryType::kGpu)));
   }
   ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest* req,
                                    inference::TraceSettingResponse* resp) override {

@@ -195,7 +195,7 @@ void KServeHttpService::Handle(const HttpRequest& request,
       WriteString(w, server::Server::kVersion);
       w.Key("extensions");
       w.StartArray();
-      for (const auto& e : server::Server::Extensions()) WriteString(w, e);
+      for (const auto& e : server_->Extensions()) WriteString(w, e);
       w.EndArray();
       w.EndObject();
       return now(Json(200, buf));

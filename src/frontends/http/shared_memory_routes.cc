@@ -1,5 +1,6 @@
 #include "frontends/http/shared_memory_routes.h"
 
+#include "absl/strings/escaping.h"
 #include "common/strings.h"
 #include "frontends/http/infer_codec.h"
 #include "rapidjson/document.h"
@@ -49,8 +50,11 @@ HttpResponse Register(server::SharedMemoryManager& shm, const std::string& name,
   return st.ok() ? Ok() : ErrorResponse(st);
 }
 
-HttpResponse StatusJson(server::SharedMemoryManager& shm, const std::string& name) {
-  auto regions = shm.Status(name);
+// Triton's status JSON: system regions {name, key, offset, byte_size}, CUDA regions
+// {name, device_id, byte_size}.
+HttpResponse StatusJson(server::SharedMemoryManager& shm, const std::string& name,
+                        MemoryType kind) {
+  auto regions = shm.Status(name, kind);
   if (!regions.ok()) return ErrorResponse(regions.status());
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
@@ -59,10 +63,15 @@ HttpResponse StatusJson(server::SharedMemoryManager& shm, const std::string& nam
     w.StartObject();
     w.Key("name");
     w.String(r.name.data(), r.name.size());
-    w.Key("key");
-    w.String(r.key.data(), r.key.size());
-    w.Key("offset");
-    w.Uint64(r.offset);
+    if (kind == MemoryType::kGpu) {
+      w.Key("device_id");
+      w.Uint64(static_cast<uint64_t>(r.device_id));
+    } else {
+      w.Key("key");
+      w.String(r.key.data(), r.key.size());
+      w.Key("offset");
+      w.Uint64(r.offset);
+    }
     w.Key("byte_size");
     w.Uint64(r.byte_size);
     w.EndObject();
@@ -73,6 +82,47 @@ HttpResponse StatusJson(server::SharedMemoryManager& shm, const std::string& nam
   resp.content_type = "application/json";
   resp.body.assign(buf.GetString(), buf.GetSize());
   return resp;
+}
+
+// {"raw_handle": {"b64": "<base64 of the 64-byte cudaIpcMemHandle_t>"}, "device_id": n,
+// "byte_size": n}, as tritonclient's register_cuda_shared_memory sends it.
+HttpResponse RegisterCuda(server::SharedMemoryManager& shm, const std::string& name,
+                          const HttpRequest& request) {
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag>(request.body.data(), request.body.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    return ErrorResponse(400, "the CUDA shared memory register request must be a JSON object "
+                              "{\"raw_handle\": {\"b64\": ...}, \"device_id\": ..., "
+                              "\"byte_size\": ...}");
+  }
+  auto raw = doc.FindMember("raw_handle");
+  if (raw == doc.MemberEnd()) {
+    return ErrorResponse(400, "Shared memory register request has no 'raw_handle' field");
+  }
+  if (!raw->value.IsObject()) {
+    return ErrorResponse(400, "'raw_handle' must be an object {\"b64\": \"<base64>\"}");
+  }
+  auto b64 = raw->value.FindMember("b64");
+  if (b64 == raw->value.MemberEnd() || !b64->value.IsString()) {
+    return ErrorResponse(400, "'raw_handle' must hold the handle as a base64 string in 'b64'");
+  }
+  std::string handle;
+  if (!absl::Base64Unescape(
+          absl::string_view(b64->value.GetString(), b64->value.GetStringLength()), &handle)) {
+    return ErrorResponse(400, "'raw_handle' 'b64' is not valid base64");
+  }
+  auto device = doc.FindMember("device_id");
+  if (device == doc.MemberEnd()) {
+    return ErrorResponse(400, "Shared memory register request has no 'device_id' field");
+  }
+  if (!device->value.IsInt64()) return ErrorResponse(400, "'device_id' must be an integer");
+  auto size = doc.FindMember("byte_size");
+  if (size == doc.MemberEnd()) {
+    return ErrorResponse(400, "Shared memory register request has no 'byte_size' field");
+  }
+  if (!size->value.IsUint64()) return ErrorResponse(400, "'byte_size' must be a non-negative integer");
+  absl::Status st = shm.RegisterCuda(name, handle, device->value.GetInt64(), size->value.GetUint64());
+  return st.ok() ? Ok() : ErrorResponse(st);
 }
 
 }  // namespace
@@ -98,32 +148,18 @@ std::optional<HttpResponse> HandleSharedMemoryRoute(server::SharedMemoryManager&
   const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
   if (action == "status" ? !get : !post) return MethodNotAllowed(request, action == "status");
-  if (s[1] == "cudasharedmemory") {
-    // As Triton built without GPU support: no CUDA region can exist, so unregister (of all, or
-    // of a name) has nothing to do and succeeds, and status lists none (a named region is not
-    // found); only register is refused. perf_analyzer's teardown always unregisters.
-    if (action == "register") {
-      return ErrorResponse(501, "CUDA shared memory is not supported on this server (it has no "
-                                "GPU); use system shared memory (/v2/systemsharedmemory)");
-    }
-    if (action == "unregister") return Ok();
-    if (!name.empty()) {
-      return ErrorResponse(absl::NotFoundError(
-          inferd::StrCat("unable to find cuda shared memory region: '", name, "'")));
-    }
-    HttpResponse r = Ok();
-    r.content_type = "application/json";
-    r.body = "[]";
-    return r;
-  }
-  if (action == "status") return StatusJson(shm, name);
+  const MemoryType kind = s[1] == "cudasharedmemory" ? MemoryType::kGpu : MemoryType::kCpu;
+  if (action == "status") return StatusJson(shm, name, kind);
   if (action == "register") {
     if (name.empty()) {
-      return ErrorResponse(400, "'region name' is necessary to register system shared memory region");
+      return ErrorResponse(400, inferd::StrCat("'region name' is necessary to register ",
+                                               kind == MemoryType::kGpu ? "cuda" : "system",
+                                               " shared memory region"));
     }
-    return Register(shm, name, request);
+    return kind == MemoryType::kGpu ? RegisterCuda(shm, name, request)
+                                    : Register(shm, name, request);
   }
-  absl::Status st = shm.Unregister(name);
+  absl::Status st = shm.Unregister(name, kind);
   return st.ok() ? Ok() : ErrorResponse(st);
 }
 

@@ -2,8 +2,12 @@
 //   GET  /v2/systemsharedmemory[/region/<name>]/status
 //   POST /v2/systemsharedmemory/region/<name>/register   {"key", "offset", "byte_size"}
 //   POST /v2/systemsharedmemory[/region/<name>]/unregister
-// and /v2/cudasharedmemory/...: register answered 501 (CUDA shared memory is not supported
-// here); unregister succeeds as a no-op and status lists no region, as Triton without a GPU.
+//   GET  /v2/cudasharedmemory[/region/<name>]/status
+//   POST /v2/cudasharedmemory/region/<name>/register
+//        {"raw_handle": {"b64": "<base64 cudaIpcMemHandle_t>"}, "device_id", "byte_size"}
+//   POST /v2/cudasharedmemory[/region/<name>]/unregister
+// Both kinds share the manager's one name space, as in Triton; status and unregister see only
+// regions of the route's kind.
 #pragma once
 
 #include <optional>
