@@ -81,8 +81,11 @@ step_inferd_starts() {
   # The driver's libcuda: a host without a GPU has none, and says so in env.
   [[ "$HAVE_GPU" == 1 ]] || missing="$(grep -v 'libcuda.so.1 ' <<<"$missing")"
   if [[ -n "$missing" ]]; then echo "missing libraries:"; echo "$missing"; return 1; fi
-  "$INFERD_BIN" --help | head -5 || return 1
-  "$INFERD_PERF_BIN" --help | head -2 || return 1
+  # Whole outputs to files first: `| head` would end them with SIGPIPE (a failure, pipefail).
+  "$INFERD_BIN" --help >"$WORK/inferd_help.txt" 2>&1 || { cat "$WORK/inferd_help.txt"; return 1; }
+  head -3 "$WORK/inferd_help.txt"
+  "$INFERD_PERF_BIN" --help >"$WORK/perf_help.txt" 2>&1 || { cat "$WORK/perf_help.txt"; return 1; }
+  head -2 "$WORK/perf_help.txt"
 }
 
 step_build_module() {
@@ -223,7 +226,8 @@ run_step() {  # run_step <name> <timeout s>
     *) status="FAIL(rc=$rc)" ;;
   esac
   tail -n "${GPU_CHECK_TAIL:-25}" "$LOGS/$name.log" | sed 's/^/    | /'
-  note="$(grep -m1 -E '^[0-9]+ (passed|failed)|[0-9]+ passed|[0-9]+ failed' "$LOGS/$name.log" | tail -1)"
+  # pytest's closing line, where there is one (e.g. "3 passed, 2 skipped in 80s").
+  note="$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$LOGS/$name.log" | tail -1 | sed 's/=//g; s/^ *//')"
   echo "=== $name: $status in ${dt}s"
   record "$name" "$status" "$dt" "$note"
   return "$rc"

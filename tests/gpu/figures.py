@@ -57,6 +57,13 @@ def run(args, timeout, env=None):
     return p.stdout
 
 
+def link_or_copy(src, dst):
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem
+        shutil.copy2(src, dst)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -68,7 +75,7 @@ def start_inferd(names, extra=()):
     shutil.rmtree(repo, ignore_errors=True)
     repo.mkdir(parents=True)
     for n in names:
-        shutil.copytree(MODELS / n, repo / n, copy_function=os.link)
+        shutil.copytree(MODELS / n, repo / n, copy_function=link_or_copy)
     port = free_port()
     log = open(WORK / "figures_inferd.log", "ab")
     proc = subprocess.Popen([INFERD, f"--model-repository={repo}", f"--http-port={port}",
