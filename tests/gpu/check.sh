@@ -77,7 +77,7 @@ step_unpack() {
 }
 
 step_inferd_starts() {
-  missing="$(LD_LIBRARY_PATH="$INFERD_LIB_PATH" ldd "$WORK/bundle/exe/"* "$WORK/bundle/ep/"*.so 2>&1 | grep 'not found' | sort -u)"
+  missing="$(LD_LIBRARY_PATH="$INFERD_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$WORK/bundle/exe/"* "$WORK/bundle/ep/"*.so 2>&1 | grep 'not found' | sort -u)"
   # The driver's libcuda: a host without a GPU has none, and says so in env.
   [[ "$HAVE_GPU" == 1 ]] || missing="$(grep -v 'libcuda.so.1 ' <<<"$missing")"
   if [[ -n "$missing" ]]; then echo "missing libraries:"; echo "$missing"; return 1; fi
@@ -123,9 +123,11 @@ step_build_module() {
     done
   fi
   libs+=("-Wl,--as-needed")
-  echo "LibTorch: include $inc; lib $lib; CUDA $cuda; C++11 ABI $abi"
+  local cxx="${CXX:-$(command -v g++ || command -v c++ || command -v clang++)}"
+  [[ -n "$cxx" ]] || { echo "no C++ compiler (g++, c++, clang++)"; return 1; }
+  echo "LibTorch: include $inc; lib $lib; CUDA $cuda; C++11 ABI $abi; compiler $($cxx --version | head -1)"
   set -x
-  ${CXX:-g++} "${flags[@]}" "$ROOT/src/backends/libtorch/libtorch_backend.cc" \
+  "$cxx" "${flags[@]}" "$ROOT/src/backends/libtorch/libtorch_backend.cc" \
     -o "$WORK/bundle/exe/libinferd_backend_pytorch.so" "${libs[@]}" || return 1
   set +x
   # inferd's own symbols stay undefined here: the executable provides them at dlopen.

@@ -116,13 +116,17 @@ def perf(model, port, concurrency, interval_ms=3000):
 
 
 def gpu_mem_mib(pid):
+    """nvidia-smi's MiB for process `pid`, else (no pids listed, as in some containers) the
+    whole GPU's used memory, said so."""
     out = run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
                "--format=csv,noheader,nounits"], timeout=30)
     for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 2 and parts[0] == str(pid):
-            return float(parts[1])
-    return 0.0
+            return float(parts[1]), "inferd's process"
+    out = run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+              timeout=30)
+    return float(out.splitlines()[0]), "whole GPU"
 
 
 def attempt(what, fn):
@@ -137,7 +141,10 @@ results = {}
 
 
 def inferd_gpu():
-    proc, port = start_inferd(["resnet50_onnx_gpu", "resnet50_torch_gpu"])
+    gpu_models = ["resnet50_onnx_gpu", "resnet50_torch_gpu"]
+    # Explicit mode: the repository API's unload (refused in the default mode, as Triton's).
+    proc, port = start_inferd(gpu_models, ["--model-control-mode=explicit"]
+                              + [f"--load-model={m}" for m in gpu_models])
     try:
         results["mem_loaded"] = gpu_mem_mib(proc.pid)
         for name in ("resnet50_onnx_gpu", "resnet50_torch_gpu"):
@@ -148,10 +155,19 @@ def inferd_gpu():
         for name in ("resnet50_onnx_gpu", "resnet50_torch_gpu"):
             requests.post(f"http://127.0.0.1:{port}/v2/repository/models/{name}/unload",
                           timeout=120)
-        time.sleep(3)
+        deadline = time.monotonic() + 60  # unloading finishes after its reply
+        while time.monotonic() < deadline:
+            index = requests.post(f"http://127.0.0.1:{port}/v2/repository/index", json={},
+                                  timeout=10).json()
+            if not any(e.get("state") == "READY" for e in index):
+                break
+            time.sleep(0.5)
+        time.sleep(2)
         results["mem_unloaded"] = gpu_mem_mib(proc.pid)
-        figure("mem_loaded_mib", f"{results['mem_loaded']:.0f}")
-        figure("mem_unloaded_mib", f"{results['mem_unloaded']:.0f}")
+        figure("mem_loaded_mib", f"{results['mem_loaded'][0]:.0f}",
+               f"{results['mem_loaded'][1]}, both GPU ResNet-50s loaded")
+        figure("mem_unloaded_mib", f"{results['mem_unloaded'][0]:.0f}",
+               f"{results['mem_unloaded'][1]}, after unloading them")
     finally:
         stop(proc)
 

@@ -39,7 +39,9 @@ def _config(name, platform, inputs, outputs, kind, extra=""):
     return (f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {MAX_BATCH}\n'
             + io("input", inputs) + io("output", outputs)
             + f"instance_group [ {{ kind: {kind} count: 1 }} ]\n"
-            + "dynamic_batching { max_queue_delay_microseconds: 2000 }\n" + extra)
+            # No queue delay: a lone request runs at once (the batch-1 latency figure), and
+            # requests queued while the instance is busy form the next batch (concurrency 16).
+            + "dynamic_batching { }\n" + extra)
 
 
 def _export_onnx(torch, model, args, path, input_names, output_names, dynamic_axes):
