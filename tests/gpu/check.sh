@@ -299,5 +299,5 @@ if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   (cd "$WORK" && find . -maxdepth 2 \( -path ./logs/\* -o -name '*.log' -o -name '*.csv' -o -name '*.xml' \) -type f -print0 |
     tar -czf "$OUT/logs.tar.gz" --null -T -) || true
 fi
-grep -q FAIL "$summary" && exit 1
+grep -q -E 'FAIL|no time left' "$summary" && exit 1
 exit 0
