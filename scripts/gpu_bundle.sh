@@ -131,6 +131,9 @@ tar -C "$stage" -cf - exe lib ep include | xz -9 -T0 > "$OUT/inferd-gpu.tar.xz"
   echo "built from: $commit${dirty:+ (with uncommitted changes)}, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "built on: $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
   echo "ORT CUDA EP: $ORT_CUDA_PKG, device code for sm_$SM only"
+  # The PyTorch module built there must see the headers inferd was built with (class layouts,
+  # vtables): check.sh refuses a tree whose src/ headers differ.
+  echo "src headers: $(cd "$ROOT" && find src -name '*.h' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   echo "sha256: $(sha256sum "$OUT/inferd-gpu.tar.xz" | cut -d' ' -f1)"
   echo "unpacked sizes (bytes):"
   (cd "$stage" && du -sb exe lib ep include)

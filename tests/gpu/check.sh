@@ -63,6 +63,14 @@ step_unpack() {
   want="$(awk '/^sha256:/ {print $2}' "$BUNDLE/MANIFEST.txt")"
   got="$(sha256sum "$BUNDLE/inferd-gpu.tar.xz" | cut -d' ' -f1)"
   [[ "$want" == "$got" ]] || { echo "sha256 mismatch: $got, MANIFEST says $want"; return 1; }
+  # The module compiled here against this tree's headers must match the inferd binary's.
+  want="$(awk '/^src headers:/ {print $3}' "$BUNDLE/MANIFEST.txt")"
+  got="$(cd "$ROOT" && find src -name '*.h' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+  if [[ "$want" != "$got" ]]; then
+    echo "the bundle's inferd was built from other src/ headers than this tree's ($want, here $got):"
+    echo "rebuild it from this tree (scripts/gpu_bundle.sh) before the run"
+    return 1
+  fi
   rm -rf "$WORK/bundle"
   mkdir -p "$WORK/bundle"
   if command -v xz >/dev/null; then
