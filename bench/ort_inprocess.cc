@@ -9,6 +9,10 @@
 // THREADS=n sets the intra-op thread count (2). SESSIONS=n runs n sessions at once, each in its
 // own thread on its own copy of the input (as n inferd instances would); items/s is then the
 // total over all sessions and the wall time, and the latencies are those of every run.
+// CUDA_EP=<libonnxruntime_providers_cuda.so> runs the sessions on GPU 0 (CUDA_DEVICE=n) through
+// ONNX Runtime's CUDA execution provider registered as a plugin, as inferd's GPU instances do
+// (the input is host memory, copied to the device by each run, as in inferd): the in-process
+// reference of tests/gpu/check.sh.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "onnxruntime_cxx_api.h"
@@ -56,6 +61,25 @@ int main(int argc, char** argv) {
   const char* spin = std::getenv("SPIN") && std::string(std::getenv("SPIN")) == "1" ? "1" : "0";
   options.AddConfigEntry(kOrtSessionOptionsConfigAllowIntraOpSpinning, spin);
   options.AddConfigEntry(kOrtSessionOptionsConfigAllowInterOpSpinning, spin);
+  if (const char* ep = std::getenv("CUDA_EP"); ep != nullptr && *ep) {
+    const int want = std::getenv("CUDA_DEVICE") ? std::atoi(std::getenv("CUDA_DEVICE")) : 0;
+    env.RegisterExecutionProviderLibrary("CUDA", ep);
+    std::vector<Ort::ConstEpDevice> gpus;
+    for (const Ort::ConstEpDevice& d : env.GetEpDevices()) {
+      if (std::strcmp(d.EpName(), "CUDAExecutionProvider") == 0 &&
+          d.Device().Type() == OrtHardwareDeviceType_GPU) {
+        gpus.push_back(d);
+      }
+    }
+    if (want < 0 || want >= static_cast<int>(gpus.size())) {
+      std::fprintf(stderr, "the CUDA execution provider lists %zu GPU(s), no GPU %d\n",
+                   gpus.size(), want);
+      return 1;
+    }
+    options.AppendExecutionProvider_V2(env, {gpus[want]},
+                                       std::unordered_map<std::string, std::string>{});
+    std::printf("execution_provider CUDA device %d\n", want);
+  }
   std::vector<std::unique_ptr<Ort::Session>> all;
   for (int i = 0; i < sessions; ++i) all.push_back(std::make_unique<Ort::Session>(env, argv[1], options));
   const double session_ms =

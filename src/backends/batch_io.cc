@@ -57,6 +57,18 @@ absl::Status CheckByteSize(const core::InputTensor& t, std::string_view who) {
 }  // namespace
 
 char* BatchBuffer::Reserve(size_t bytes) {
+  if (allocator_ != nullptr) {
+    if (bytes > capacity_ || block_.data == nullptr) {
+      block_ = {};  // the old block goes back before the new one is asked for
+      capacity_ = 0;
+      Block block = allocator_(bytes == 0 ? 1 : bytes);
+      if (block.data == nullptr) return nullptr;
+      block_ = std::move(block);
+      capacity_ = bytes;
+      ++allocations_;
+    }
+    return block_.data;
+  }
   if (bytes > capacity_ || data_ == nullptr) {
     // Uninitialized: every byte a gather uses is written before the runtime reads it.
     data_ = std::make_unique_for_overwrite<char[]>(bytes == 0 ? 1 : bytes);
@@ -67,14 +79,19 @@ char* BatchBuffer::Reserve(size_t bytes) {
 }
 
 BatchInputCollector::BatchInputCollector(std::span<core::InferRequest* const> requests,
-                                         bool batching, std::vector<BatchBuffer>* buffers)
-    : requests_(requests), batching_(batching), buffers_(buffers) {
+                                         bool batching, std::vector<BatchBuffer>* buffers,
+                                         BatchBuffer::Allocator pinned)
+    : requests_(requests), batching_(batching), buffers_(buffers), pinned_(std::move(pinned)) {
   for (const auto* r : requests_) total_batch_ += r->batch_size;
 }
 
 absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInput& cfg,
                                                        MemoryPlacement destination) {
-  (void)destination;  // host only (see the header): the device copy goes at the end
+  const bool pinned = destination.kind == MemoryPlacement::Kind::kPinnedHost;
+  if (pinned && pinned_ == nullptr) {
+    return absl::InternalError(inferd::StrCat(
+        "input '", cfg.name(), "': pinned host memory asked for without a pinned allocator"));
+  }
   const size_t n = requests_.size();
   if (n == 0) return absl::InvalidArgumentError("an empty batch has no inputs");
   const core::InputTensor* first = requests_[0]->FindInput(cfg.name());
@@ -87,7 +104,7 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
   batch.shape = BackendInputShape(cfg, first->shape, batching_);
   if (n > 1 && !batch.shape.empty()) batch.shape[0] = total_batch_;
 
-  if (n == 1) {
+  if (n == 1 && !pinned) {
     if (auto st = CheckByteSize(*first, RequestLabel(*requests_[0], 0, 1)); !st.ok()) return st;
     // The request's own bytes: no copy.
     batch.data = first->data;
@@ -116,8 +133,17 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
 
   // One copy of each request's bytes into this instance's buffer, sized once and kept across
   // batches: no regrowth, and no fresh pages to fault in on every batch.
+  // Pinned: from the runtime's allocator (a heap buffer left by an earlier host gather is
+  // replaced), so its copy to the device can run asynchronously.
   if (next_buffer_ == buffers_->size()) buffers_->emplace_back();
-  char* data = (*buffers_)[next_buffer_++].Reserve(bytes);
+  BatchBuffer& buffer = (*buffers_)[next_buffer_++];
+  if (pinned && !buffer.allocator_backed()) buffer = BatchBuffer(pinned_);
+  char* data = buffer.Reserve(bytes);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(inferd::StrCat(
+        "input '", cfg.name(), "': cannot allocate ", bytes,
+        " bytes of pinned host memory for the batch"));
+  }
   size_t offset = 0;
   for (const auto* r : requests_) {
     const std::string_view piece = r->FindInput(cfg.name())->data;
@@ -159,7 +185,7 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
                                            const Shape& shape, std::string_view data,
                                            std::shared_ptr<const void> holder,
                                            MemoryPlacement source) {
-  (void)source;  // host only (see the header): a device source is copied per slice below
+  (void)source;  // host memory, pinned or not: sliced the same way
   const size_t n = requests_.size();
   if (n == 1) {
     if (IsOutputRequested(*requests_[0], name)) {

@@ -16,10 +16,11 @@
 // requests that asked for that output. BYTES tensors use the wire layout everywhere: each
 // element is a 4-byte little-endian length followed by its bytes.
 //
-// Memory placement: everything is host memory today. The GPU issue's copies go where
-// `MemoryPlacement` is taken (the gather's destination, the responder's source): a device
-// destination gathers into a pinned host buffer and copies it to the device on the instance's
-// stream; a device source copies each request's slice back to host memory for the response.
+// Memory placement: a runtime that copies its inputs to a device asks for them in pinned host
+// memory (`MemoryPlacement::kPinnedHost`): the collector then gathers every batch, a lone
+// request too, into a BatchBuffer whose memory comes from the runtime's pinned allocator, so the
+// runtime copies each input to its device once per batch, asynchronously (the LibTorch backend
+// on CUDA). Outputs come back to host memory in the runtime before they reach the responder.
 //
 // Thread safety: none. A collector, a responder and a BatchBuffer belong to one Execute call
 // (a BatchBuffer to one instance, whose Execute runs on one thread at a time).
@@ -43,12 +44,13 @@
 namespace inferd::backends {
 
 // Where a batch tensor's bytes live (Triton's TRITONSERVER_MemoryType and its type id).
-// Only kHost exists today; the collector and responder refuse nothing else yet because nothing
-// else can be named.
 struct MemoryPlacement {
-  enum class Kind { kHost };
+  // kHost: any host memory (a lone request's own bytes, no copy).
+  // kPinnedHost: page-locked host memory a runtime copies to `device_id` asynchronously
+  // (Triton's CPU_PINNED): always a BatchBuffer from the collector's pinned allocator.
+  enum class Kind { kHost, kPinnedHost };
   Kind kind = Kind::kHost;
-  int device_id = 0;  // the GPU's id once Kind has a device kind
+  int device_id = 0;  // the GPU the runtime copies to (kPinnedHost)
 };
 
 // A contiguous host buffer kept by one instance across batches. Grows to the largest size asked
@@ -56,14 +58,31 @@ struct MemoryPlacement {
 // kept across Reserve calls that grow it.
 class BatchBuffer {
  public:
-  // At least `bytes` writable bytes, valid until the next Reserve that grows the buffer.
+  // Host memory from somewhere other than the heap (a runtime's pinned memory): `data` is
+  // valid while `owner` lives; a null `data` means the allocation failed.
+  struct Block {
+    char* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  using Allocator = std::function<Block(size_t bytes)>;
+
+  BatchBuffer() = default;
+  // A buffer whose memory comes from `allocator` (null: the heap).
+  explicit BatchBuffer(Allocator allocator) : allocator_(std::move(allocator)) {}
+
+  // At least `bytes` writable bytes, valid until the next Reserve that grows the buffer; null
+  // only when an allocator-backed buffer cannot grow.
   char* Reserve(size_t bytes);
   size_t capacity() const { return capacity_; }
   // How many times the buffer allocated (tests check that a repeated batch reuses it).
   int allocations() const { return allocations_; }
+  // True when the memory comes from an allocator (pinned), not the heap.
+  bool allocator_backed() const { return allocator_ != nullptr; }
 
  private:
+  Allocator allocator_;
   std::unique_ptr<char[]> data_;
+  Block block_;  // the allocator's memory, when there is an allocator
   size_t capacity_ = 0;
   int allocations_ = 0;
 };
@@ -89,8 +108,9 @@ class BatchInputCollector {
   // `batching`: the model's max_batch_size > 0 (requests then carry a batch dimension, which
   // gathering sums). `buffers`: the instance's reusable buffers, one used per gathered input
   // that needs a copy (grown on demand); kept by the caller across batches.
+  // `pinned`: the allocator of kPinnedHost gathers (null when the caller never asks for one).
   BatchInputCollector(std::span<core::InferRequest* const> requests, bool batching,
-                      std::vector<BatchBuffer>* buffers);
+                      std::vector<BatchBuffer>* buffers, BatchBuffer::Allocator pinned = nullptr);
 
   // The sum of the requests' batch sizes.
   int64_t total_batch() const { return total_batch_; }
@@ -100,8 +120,9 @@ class BatchInputCollector {
   // when a later request lacks it, has another datatype or other non-batch dims, or sends a
   // number of bytes (or BYTES elements) its shape does not hold.
   //
-  // `destination`: where the runtime wants the batch. Host only today; a device destination
-  // will gather into a pinned buffer and copy it to the device here (the GPU issue).
+  // `destination`: where the runtime wants the batch. kPinnedHost gathers into a buffer from
+  // the `pinned` allocator, a lone request too (RESOURCE_EXHAUSTED naming the input when it
+  // cannot allocate; INTERNAL when the collector has no pinned allocator).
   absl::StatusOr<BatchInput> Gather(const inference::ModelInput& cfg,
                                     MemoryPlacement destination = {});
 
@@ -109,6 +130,7 @@ class BatchInputCollector {
   std::span<core::InferRequest* const> requests_;
   const bool batching_;
   std::vector<BatchBuffer>* buffers_;
+  BatchBuffer::Allocator pinned_;
   size_t next_buffer_ = 0;  // buffers_ used by this batch so far
   int64_t total_batch_ = 0;
 };
@@ -131,8 +153,8 @@ class BatchOutputResponder {
   // output, when the batch output does not split by batch (its first dimension is not the
   // total batch, or its bytes do not hold its shape).
   //
-  // `source`: where `data` lives. Host only today; a device source will copy each request's
-  // slice to host memory here (the GPU issue).
+  // `source`: where `data` lives; host memory only (a runtime copies a device output back
+  // first), so only kHost and kPinnedHost can be named.
   absl::Status Respond(const inference::ModelOutput* cfg, std::string_view name,
                        DataType datatype, const Shape& shape, std::string_view data,
                        std::shared_ptr<const void> holder, MemoryPlacement source = {});

@@ -34,6 +34,22 @@ class ModuleBackend : public Backend {
     return (*backend)->CreateInstance(spec, group, index);
   }
 
+  // Asked for every model placed on this backend, so the library loads here at the latest
+  // (a library that cannot load cannot take a GPU instance either: its error says why).
+  absl::Status GpuInstanceSupport() const override {
+    auto backend = const_cast<ModuleBackend*>(this)->Loaded();
+    if (!backend.ok()) return backend.status();
+    return (*backend)->GpuInstanceSupport();
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstanceOn(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const InstanceDevice& device) override {
+    auto backend = Loaded();
+    if (!backend.ok()) return backend.status();
+    return (*backend)->CreateInstanceOn(spec, group, index, device);
+  }
+
  private:
   absl::StatusOr<Backend*> Loaded() {
     inferd::MutexLock lock(&mu_);

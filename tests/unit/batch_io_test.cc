@@ -285,6 +285,78 @@ TEST(BatchBufferTest, GrowsOnlyForALargerSize) {
   EXPECT_EQ(buffer.capacity(), 65u);
 }
 
+// A stand-in for a runtime's pinned allocator: heap blocks it remembers, so a test can tell
+// its memory from the collector's own; `fail` makes it answer as an exhausted allocator does.
+struct RecordingAllocator {
+  std::vector<std::pair<const char*, size_t>> blocks;
+  bool fail = false;
+  BatchBuffer::Allocator Get() {
+    return [this](size_t bytes) -> BatchBuffer::Block {
+      if (fail) return {};
+      auto owner = std::shared_ptr<char[]>(new char[bytes]);
+      blocks.push_back({owner.get(), bytes});
+      return {owner.get(), owner};
+    };
+  }
+  bool Owns(const char* p) const {
+    for (const auto& [b, n] : blocks) {
+      if (p >= b && p < b + n) return true;
+    }
+    return false;
+  }
+};
+
+constexpr MemoryPlacement kPinned{MemoryPlacement::Kind::kPinnedHost, 0};
+
+TEST(BatchInputCollectorTest, PinnedDestinationCopiesALoneRequestIntoPinnedMemory) {
+  Batch b;
+  auto* r = b.Add(MakeRequest("a", 2));
+  AddInput(r, "X", DataType::kFp32, {2, 2}, Fp32Bytes({1, 2, 3, 4}));
+  RecordingAllocator pinned;
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector collector(b.requests, /*batching=*/true, &buffers, pinned.Get());
+  auto batch = collector.Gather(InputConfig("X"), kPinned);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_NE(batch->data.data(), r->inputs[0].data.data());  // copied, not viewed
+  EXPECT_TRUE(pinned.Owns(batch->data.data()));
+  EXPECT_THAT(Floats(batch->data), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(batch->shape, ElementsAre(2, 2));
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_TRUE(buffers[0].allocator_backed());
+}
+
+TEST(BatchInputCollectorTest, PinnedDestinationGathersABatchAndReusesItsBlock) {
+  RecordingAllocator pinned;
+  std::vector<BatchBuffer> buffers(1);  // a heap buffer an earlier host gather left
+  for (int round = 0; round < 3; ++round) {
+    Batch b = ThreeFp32Requests();
+    BatchInputCollector collector(b.requests, true, &buffers, pinned.Get());
+    auto batch = collector.Gather(InputConfig("X"), kPinned);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_TRUE(pinned.Owns(batch->data.data())) << "round " << round;
+    EXPECT_THAT(Floats(batch->data),
+                ElementsAre(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5));
+  }
+  EXPECT_EQ(pinned.blocks.size(), 1u);  // one block, kept across batches
+  EXPECT_EQ(buffers[0].allocations(), 1);
+}
+
+TEST(BatchInputCollectorTest, PinnedDestinationSaysWhenItCannotAllocate) {
+  Batch b = ThreeFp32Requests();
+  RecordingAllocator pinned;
+  pinned.fail = true;
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector collector(b.requests, true, &buffers, pinned.Get());
+  auto batch = collector.Gather(InputConfig("X"), kPinned);
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(batch.status().message(),
+              HasSubstr("input 'X': cannot allocate 48 bytes of pinned host memory"));
+  // Without an allocator the caller is wrong, not the client.
+  BatchInputCollector without(b.requests, true, &buffers);
+  EXPECT_EQ(without.Gather(InputConfig("X"), kPinned).status().code(),
+            absl::StatusCode::kInternal);
+}
+
 // The batch output of ThreeFp32Requests' batch: [6, 2] FP32, row k = {10k, 10k + 1}.
 std::string BatchOutput() {
   std::vector<float> v;

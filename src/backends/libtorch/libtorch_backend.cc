@@ -1,5 +1,10 @@
 #include "backends/libtorch/libtorch_backend.h"
 
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/cuda.h>
 #include <torch/library.h>
 #include <torch/script.h>
 #include <torch/version.h>
@@ -9,7 +14,16 @@
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+// A module built against a CUDA LibTorch (tests/gpu/check.sh defines INFERD_TORCH_CUDA) gives
+// a GPU model's memory back to the driver when the model unloads; everything else here is
+// device-generic. Debian's CPU LibTorch ships these headers but no libc10_cuda to link.
+#if defined(INFERD_TORCH_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define INFERD_EMPTY_CUDA_CACHE 1
+#endif
+
 #include <algorithm>
+#include <optional>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -125,6 +139,50 @@ DataType FromTorch(c10::ScalarType t) {
     case torch::kFloat: return DataType::kFp32;
     case torch::kDouble: return DataType::kFp64;
     default: return DataType::kInvalid;
+  }
+}
+
+// Whether this LibTorch can run instances on CUDA, asked once. Only device-generic c10 calls:
+// the same source builds against Debian's CPU LibTorch (CI) and a CUDA LibTorch (the GPU
+// machine, tests/gpu/check.sh), and the answer comes from the LibTorch it runs with.
+absl::Status TorchCudaSupport() {
+  static const absl::Status* const status = [] {
+    const std::string prefix = StrCat("backend 'pytorch' cannot run on a GPU: LibTorch ",
+                                      TORCH_VERSION);
+    try {
+      // A CUDA LibTorch registers CUDA's device guard when libtorch_cuda loads; a CPU build
+      // has none (torch::cuda::is_available() is false there too, without saying why).
+      if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+        return new absl::Status(absl::FailedPreconditionError(StrCat(
+            prefix, " is a CPU build (torch::cuda::is_available() is false: no CUDA support "
+                    "is linked; tests/gpu/check.sh builds this module against a CUDA LibTorch)")));
+      }
+      if (!torch::cuda::is_available()) {
+        return new absl::Status(absl::FailedPreconditionError(StrCat(
+            prefix, " has CUDA but finds no GPU (torch::cuda::is_available() is false: no "
+                    "device, or no driver)")));
+      }
+    } catch (const std::exception& e) {
+      return new absl::Status(
+          absl::FailedPreconditionError(StrCat(prefix, " cannot ask CUDA for GPUs: ", e.what())));
+    }
+    return new absl::Status();
+  }();
+  return *status;
+}
+
+// Pinned host memory from LibTorch's caching host allocator (a CUDA LibTorch's), for the
+// batch buffers a GPU instance copies to its device: a byte tensor keeps the block, which
+// goes back to LibTorch's cache when the buffer drops it. A null block when it cannot.
+BatchBuffer::Block PinnedBlock(size_t bytes) {
+  try {
+    auto tensor = std::make_shared<torch::Tensor>(
+        torch::empty({static_cast<int64_t>(bytes)},
+                     torch::TensorOptions().dtype(torch::kByte).pinned_memory(true)));
+    return {static_cast<char*>(tensor->data_ptr()), tensor};
+  } catch (const std::exception& e) {
+    LOG_ERROR << "pytorch: cannot allocate " << bytes << " bytes of pinned host memory: " << e.what();
+    return {};
   }
 }
 
@@ -254,18 +312,40 @@ struct OutputPlan {
   std::vector<int> index;          // position in a tuple/list output (-1: by dict key or single)
 };
 
-// One loaded module; instances of a model with ENABLE_WEIGHT_SHARING share it and run
-// forward() on it concurrently (TorchScript methods are reentrant), as Triton's do.
+// One loaded module, on its instances' device; instances of a model with ENABLE_WEIGHT_SHARING
+// on the same device share it and run forward() on it concurrently (TorchScript methods are
+// reentrant), as Triton's do.
 struct SharedModule {
   torch::jit::Module module;
+  torch::Device device{torch::kCPU};
+
+  // A GPU module's parameters go back to LibTorch's caching allocator when it is released;
+  // emptying the cache then returns them (and any other block no tensor uses) to the driver,
+  // so unloading a model frees its GPU memory as nvidia-smi sees it, as Triton's
+  // ENABLE_CACHE_CLEANING does after each run.
+  ~SharedModule() {
+    if (!device.is_cuda()) return;
+    module = torch::jit::Module();
+#ifdef INFERD_EMPTY_CUDA_CACHE
+    try {
+      c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (const std::exception& e) {
+      LOG_ERROR << "pytorch: emptying LibTorch's CUDA cache failed: " << e.what();
+    }
+#endif
+  }
 };
 
 class TorchInstance : public ModelInstance {
  public:
+  // `stream`: set for an instance on a GPU (`device`), a stream of that device from
+  // LibTorch's pool that every copy and kernel of this instance's batches runs on.
   TorchInstance(const config::ModelConfig* config, std::shared_ptr<SharedModule> module,
-                InputPlan inputs, OutputPlan outputs, TorchSettings settings)
+                InputPlan inputs, OutputPlan outputs, TorchSettings settings,
+                torch::Device device, std::optional<c10::Stream> stream)
       : config_(config), module_(std::move(module)), inputs_(std::move(inputs)),
-        outputs_(std::move(outputs)), settings_(std::move(settings)) {}
+        outputs_(std::move(outputs)), settings_(std::move(settings)), device_(device),
+        stream_(stream) {}
 
   int ThreadCount() const override { return settings_.intra_op_threads; }
 
@@ -300,6 +380,16 @@ class TorchInstance : public ModelInstance {
           self->stop_.store(false, std::memory_order_relaxed);
         }
       } done{this};
+      // A GPU instance's batch runs on its stream (and device): the input copies, forward()'s
+      // kernels and the output copies, in order; Run synchronizes the stream before it
+      // responds, and SyncStream again on the way out, so an error part-way leaves nothing
+      // in flight that reads the pinned buffers the next batch reuses.
+      std::optional<c10::StreamGuard> on_stream;
+      if (stream_) on_stream.emplace(*stream_);
+      struct Synced {
+        TorchInstance* self;
+        ~Synced() { self->SyncStream(); }
+      } synced{this};
       status = Run(requests, responses, times);
     } catch (const c10::Error& e) {
       status = absl::InternalError(StrCat("pytorch: forward() of model '", config_->name(),
@@ -314,12 +404,30 @@ class TorchInstance : public ModelInstance {
   }
 
  private:
+  void SyncStream() noexcept {
+    if (!stream_) return;
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& e) {
+      LOG_ERROR << "pytorch: model '" << config_->name() << "': synchronizing " << device_.str()
+                << " failed: " << e.what();
+    }
+  }
+
   // Maps the gathered batch to forward()'s arguments and its result back through the
-  // responder: gathering, slicing and output filtering are batch_io.h's.
+  // responder: gathering, slicing and output filtering are batch_io.h's. On a GPU: the inputs
+  // gathered into pinned buffers, each copied once per batch to the device (non-blocking, on
+  // the instance's stream), forward() there, each output copied back into pinned host memory
+  // (non-blocking), and one synchronization before the responses see the outputs.
   absl::Status Run(std::span<core::InferRequest* const> requests,
                    std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
     const bool batching = config_->max_batch_size() > 0;
-    BatchInputCollector collector(requests, batching, &batch_buffers_);
+    const bool gpu = device_.is_cuda();
+    const MemoryPlacement destination =
+        gpu ? MemoryPlacement{MemoryPlacement::Kind::kPinnedHost, device_.index()}
+            : MemoryPlacement{};
+    BatchInputCollector collector(requests, batching, &batch_buffers_,
+                                  gpu ? BatchBuffer::Allocator(&PinnedBlock) : nullptr);
     std::vector<torch::Tensor> tensors;
     // The memory the tensors view (the requests' bytes or the batch buffers), which an output
     // must not keep: the requests go away and the buffers are reused by the next batch.
@@ -330,7 +438,7 @@ class TorchInstance : public ModelInstance {
         if (c.name() == name) cfg = &c;
       }
       if (cfg == nullptr) return absl::InternalError(StrCat("input '", name, "' is not in the config"));
-      auto batch = collector.Gather(*cfg);
+      auto batch = collector.Gather(*cfg, destination);
       if (absl::IsNotFound(batch.status())) {
         return absl::InvalidArgumentError(
             StrCat("input '", name, "' is missing; the pytorch backend needs every input"));
@@ -342,9 +450,12 @@ class TorchInstance : public ModelInstance {
                                                  DataTypeName(batch->datatype),
                                                  " is not supported by the pytorch backend"));
       }
-      // A view, no copy: forward() does not keep its arguments past the call.
-      tensors.push_back(torch::from_blob(const_cast<char*>(batch->data.data()), batch->shape,
-                                         torch::TensorOptions().dtype(*type)));
+      // A view, no copy: forward() does not keep its arguments past the call. On a GPU the
+      // view is of pinned memory, copied to the device without blocking.
+      torch::Tensor host = torch::from_blob(const_cast<char*>(batch->data.data()), batch->shape,
+                                            torch::TensorOptions().dtype(*type));
+      tensors.push_back(gpu ? host.to(torch::TensorOptions().device(device_), /*non_blocking=*/true)
+                            : host);
       viewed.push_back(batch->data);
     }
     std::vector<torch::jit::IValue> args;
@@ -368,9 +479,23 @@ class TorchInstance : public ModelInstance {
 
     auto outs = ConfigOutputs(result);
     if (!outs.ok()) return outs.status();
-    BatchOutputResponder responder(requests, responses, batching);
+    std::vector<torch::Tensor> host_outputs;
     for (auto& [name, tensor] : *outs) {
-      auto holder = std::make_shared<torch::Tensor>(tensor.contiguous().cpu());
+      if (tensor.device().is_cpu()) {
+        host_outputs.push_back(tensor.contiguous());
+        continue;
+      }
+      torch::Tensor dev = tensor.contiguous();
+      torch::Tensor host = torch::empty(
+          dev.sizes(), dev.options().device(torch::kCPU).pinned_memory(true));
+      host.copy_(dev, /*non_blocking=*/true);
+      host_outputs.push_back(host);
+    }
+    SyncStream();  // the host copies are complete from here on
+    BatchOutputResponder responder(requests, responses, batching);
+    for (size_t i = 0; i < outs->size(); ++i) {
+      const std::string& name = (*outs)[i].first;
+      auto holder = std::make_shared<torch::Tensor>(host_outputs[i]);
       // An output that shares an input's memory (forward() returned an input, or a view of
       // one) must not outlive the request or see the next batch: it gets its own copy.
       if (AliasesAny(*holder, viewed)) *holder = holder->clone();
@@ -451,6 +576,8 @@ class TorchInstance : public ModelInstance {
   InputPlan inputs_;
   OutputPlan outputs_;
   const TorchSettings settings_;
+  const torch::Device device_;                // kCPU, or cuda:<id>
+  const std::optional<c10::Stream> stream_;   // a GPU instance's stream
   inferd::Mutex stop_mu_;
   bool running_ ABSL_GUARDED_BY(stop_mu_) = false;  // an Execute is on
   std::atomic<bool> stop_{false};  // CancelExecution during this run
@@ -482,8 +609,46 @@ class LibTorchBackend : public Backend {
  public:
   std::string_view name() const override { return "pytorch"; }
 
+  // OK with a CUDA LibTorch that sees a GPU; else why not (a CPU build, no driver).
+  absl::Status GpuInstanceSupport() const override { return TorchCudaSupport(); }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstanceOn(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const InstanceDevice& device) override {
+    if (!device.gpu) return CreateInstance(spec, group, index);
+    const std::string where = StrCat("model '", spec.config->name(), "': instance '", device.name,
+                                     "' on GPU ", device.id, ": ");
+    if (absl::Status st = TorchCudaSupport(); !st.ok()) {
+      return absl::FailedPreconditionError(StrCat(where, st.message()));
+    }
+    std::optional<c10::Stream> stream;
+    try {
+      const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+      if (device.id < 0 || device.id >= count) {
+        return absl::FailedPreconditionError(
+            StrCat(where, "LibTorch sees ", count, " GPU(s) (CUDA_VISIBLE_DEVICES?)"));
+      }
+      // A stream of the instance's own from LibTorch's pool for that device (round-robin
+      // over the pool), so instances on one GPU do not serialize on the default stream.
+      const torch::Device gpu(torch::kCUDA, static_cast<c10::DeviceIndex>(device.id));
+      c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+      stream = impl.getStreamFromGlobalPool(gpu, /*isHighPriority=*/false);
+    } catch (const std::exception& e) {
+      return absl::FailedPreconditionError(StrCat(where, "no CUDA stream: ", e.what()));
+    }
+    return Create(spec, index, stream->device(), stream);
+  }
+
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    return Create(spec, index, torch::Device(torch::kCPU), std::nullopt);
+  }
+
+ private:
+  // An instance on `device` (the CPU, or a GPU with its `stream`).
+  absl::StatusOr<std::unique_ptr<ModelInstance>> Create(const ModelSpec& spec, int index,
+                                                        torch::Device device,
+                                                        std::optional<c10::Stream> stream) {
     if (auto st = CheckConfigSupport(spec, name(), kConfigSupport, index); !st.ok()) return st;
     const auto& cfg = *spec.config;
     for (const auto& in : cfg.input()) {
@@ -512,19 +677,24 @@ class LibTorchBackend : public Backend {
     if (index == 0) {
       LOG_INFO << "pytorch: model '" << cfg.name() << "' on LibTorch " << TORCH_VERSION << ": "
                << DescribeSettings(*settings) << " (inter-op pool: "
-               << at::get_num_interop_threads() << " threads)";
+               << at::get_num_interop_threads() << " threads)"
+               << (device.is_cuda() ? StrCat(" on ", device.str()) : std::string());
     }
+    // Shared per file and device: a module lives on one device.
+    const std::string shared_key = StrCat(spec.model_path, "@", device.str());
     std::shared_ptr<SharedModule> module;
     {
       inferd::MutexLock lock(&shared_mu_);
-      auto it = shared_.find(spec.model_path);
+      auto it = shared_.find(shared_key);
       if (weight_sharing && it != shared_.end()) module = it->second.lock();
     }
     if (!module) {
       module = std::make_shared<SharedModule>();
+      module->device = device;
       try {
         c10::InferenceMode inference(settings->inference_mode);  // Triton loads under it too
-        module->module = torch::jit::load(spec.model_path, torch::kCPU);
+        // Loaded onto the instance's device (its parameters and buffers copied there once).
+        module->module = torch::jit::load(spec.model_path, device);
         module->module.eval();
       } catch (const c10::Error& e) {
         return absl::InvalidArgumentError(StrCat("pytorch: cannot load '", spec.model_path, "': ",
@@ -534,7 +704,7 @@ class LibTorchBackend : public Backend {
       }
       if (weight_sharing) {
         inferd::MutexLock lock(&shared_mu_);
-        shared_[spec.model_path] = module;
+        shared_[shared_key] = module;
       }
     }
     auto inputs = PlanInputs(cfg, module->module);
@@ -546,10 +716,9 @@ class LibTorchBackend : public Backend {
     }
     return std::unique_ptr<ModelInstance>(new TorchInstance(
         spec.config, std::move(module), *std::move(inputs), std::move(outputs),
-        *std::move(settings)));
+        *std::move(settings), device, stream));
   }
 
- private:
   static absl::StatusOr<InputPlan> PlanInputs(const config::ModelConfig& cfg,
                                               torch::jit::Module& module) {
     InputPlan plan;

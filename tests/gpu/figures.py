@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The figures of issue 29 on a GPU machine, for tests/gpu/check.sh (one run, name the GPU).
+
+  figures.py <models folder (make_models.py's)> <work folder>
+
+Environment (check.sh sets it): INFERD_BIN, INFERD_PERF_BIN, ORT_INPROCESS_BIN (wrappers with
+the bundle's library path), INFERD_ORT_CUDA_EP_LIBRARY. Prints `FIGURE <name> <value>` lines,
+which check.sh puts in its summary, and the raw numbers each comes from:
+
+  onnx_b1_p50_ratio     ResNet-50 ONNX, batch 1, concurrency 1: inferd's p50 (inferd-perf, HTTP
+                        binary tensors, loopback) / ONNX Runtime's p50 in-process on the CUDA
+                        execution provider (bench ort_inprocess CUDA_EP=, same provider library,
+                        host input copied by each run as in inferd). Goal <= 1.05.
+  onnx_c16_ratio        inferd at concurrency 16 with dynamic batching (items/s) / the best
+                        in-process items/s over batches 1, 8, 16, 32. Goal >= 0.95.
+  torch_b1_p50_ratio,   the same for TorchScript ResNet-50 against torch.jit in-process
+  torch_c16_ratio       (torch_inprocess.py: pinned input, non-blocking copies, one sync).
+  gpu_cpu_images_ratio  ResNet-50 ONNX images/s through inferd at concurrency 16, the GPU model
+                        over the same model on KIND_CPU (16 cores).
+  mem_loaded_mib, mem_unloaded_mib   nvidia-smi's memory of inferd's process after loading
+                        both GPU ResNet-50 models and after unloading them.
+A step that fails prints why and the others go on; exit status 1 when any failed.
+"""
+
+import csv
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+MODELS = Path(sys.argv[1])
+WORK = Path(sys.argv[2])
+INFERD = os.environ["INFERD_BIN"]
+PERF = os.environ["INFERD_PERF_BIN"]
+ORT_INPROCESS = os.environ["ORT_INPROCESS_BIN"]
+EP = os.environ.get("INFERD_ORT_CUDA_EP_LIBRARY", "")
+HERE = Path(__file__).resolve().parent
+failed = []
+
+
+def figure(name, value, detail=""):
+    print(f"FIGURE {name} {value}" + (f"  ({detail})" if detail else ""), flush=True)
+
+
+def run(args, timeout, env=None):
+    print("$", " ".join(map(str, args)), flush=True)
+    p = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=timeout,
+                       env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"exit {p.returncode}: {p.stderr[-2000:]}{p.stdout[-2000:]}")
+    return p.stdout
+
+
+def link_or_copy(src, dst):
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem
+        shutil.copy2(src, dst)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_inferd(names, extra=()):
+    repo = WORK / "figures_repo"
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    for n in names:
+        shutil.copytree(MODELS / n, repo / n, copy_function=link_or_copy)
+    port = free_port()
+    log = open(WORK / "figures_inferd.log", "ab")
+    proc = subprocess.Popen([INFERD, f"--model-repository={repo}", f"--http-port={port}",
+                             "--http-address=127.0.0.1", "--allow-grpc=false",
+                             "--allow-metrics=false", *extra], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"inferd exited with {proc.returncode} (figures_inferd.log)")
+        try:
+            if requests.get(url + "/v2/health/ready", timeout=2).status_code == 200:
+                return proc, port
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("inferd not ready after 240 s (figures_inferd.log)")
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def perf(model, port, concurrency, interval_ms=3000):
+    """(p50 ms, items/s) from inferd-perf at one concurrency, batch 1."""
+    out_csv = WORK / f"perf_{model}_c{concurrency}.csv"
+    run([PERF, "-m", model, "-u", f"127.0.0.1:{port}", "-b", "1",
+         "--concurrency-range", f"{concurrency}:{concurrency}:1",
+         "--measurement-interval", str(interval_ms), "--max-trials", "4",
+         "--warmup-request-count", str(20 * concurrency), "-f", out_csv], timeout=120)
+    row = list(csv.DictReader(open(out_csv)))[0]
+    return float(row["p50 latency"]) / 1000.0, float(row["Inferences/Second"])
+
+
+def gpu_mem_mib(pid):
+    """nvidia-smi's MiB for process `pid`, else (no pids listed, as in some containers) the
+    whole GPU's used memory, said so."""
+    out = run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+               "--format=csv,noheader,nounits"], timeout=30)
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid):
+            return float(parts[1]), "inferd's process"
+    out = run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+              timeout=30)
+    return float(out.splitlines()[0]), "whole GPU"
+
+
+def attempt(what, fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 (each figure on its own)
+        print(f"FAILED {what}: {e}", flush=True)
+        failed.append(what)
+
+
+results = {}
+
+
+def inferd_gpu():
+    gpu_models = ["resnet50_onnx_gpu", "resnet50_torch_gpu"]
+    # Explicit mode: the repository API's unload (refused in the default mode, as Triton's).
+    proc, port = start_inferd(gpu_models, ["--model-control-mode=explicit"]
+                              + [f"--load-model={m}" for m in gpu_models])
+    try:
+        results["mem_loaded"] = gpu_mem_mib(proc.pid)
+        for name in ("resnet50_onnx_gpu", "resnet50_torch_gpu"):
+            p50, _ = perf(name, port, 1)
+            _, rate = perf(name, port, 16)
+            results[name] = (p50, rate)
+            print(f"inferd {name}: c=1 p50 {p50:.3f} ms; c=16 {rate:.1f} images/s", flush=True)
+        for name in ("resnet50_onnx_gpu", "resnet50_torch_gpu"):
+            requests.post(f"http://127.0.0.1:{port}/v2/repository/models/{name}/unload",
+                          timeout=120)
+        deadline = time.monotonic() + 60  # unloading finishes after its reply
+        while time.monotonic() < deadline:
+            index = requests.post(f"http://127.0.0.1:{port}/v2/repository/index", json={},
+                                  timeout=10).json()
+            if not any(e.get("state") == "READY" for e in index):
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        results["mem_unloaded"] = gpu_mem_mib(proc.pid)
+        figure("mem_loaded_mib", f"{results['mem_loaded'][0]:.0f}",
+               f"{results['mem_loaded'][1]}, both GPU ResNet-50s loaded")
+        figure("mem_unloaded_mib", f"{results['mem_unloaded'][0]:.0f}",
+               f"{results['mem_unloaded'][1]}, after unloading them")
+    finally:
+        stop(proc)
+
+
+def inferd_cpu():
+    proc, port = start_inferd(["resnet50_onnx_cpu"])
+    try:
+        _, rate = perf("resnet50_onnx_cpu", port, 16, interval_ms=5000)
+        results["resnet50_onnx_cpu"] = rate
+        print(f"inferd resnet50_onnx_cpu: c=16 {rate:.1f} images/s", flush=True)
+    finally:
+        stop(proc)
+
+
+def ort_inprocess():
+    model = MODELS / "resnet50_onnx_gpu" / "1" / "model.onnx"
+    env = dict(os.environ, CUDA_EP=EP)
+    best = 0.0
+    for batch, iters in ((1, 300), (8, 60), (16, 40), (32, 20)):
+        out = run([ORT_INPROCESS, model, "input", iters, batch, 3, 224, 224], timeout=120, env=env)
+        p50 = float(re.search(r"p50_ms ([\d.]+)", out).group(1))
+        rate = float(re.search(r"items_per_s ([\d.]+)", out).group(1))
+        print(f"ort in-process CUDA batch {batch}: p50 {p50:.3f} ms, {rate:.1f} images/s",
+              flush=True)
+        if batch == 1:
+            results["ort_b1_p50"] = p50
+        best = max(best, rate)
+    results["ort_best"] = best
+
+
+def torch_inprocess():
+    model = MODELS / "resnet50_torch_gpu" / "1" / "model.pt"
+    out = run([sys.executable, HERE / "torch_inprocess.py", model, 100, 1, 8, 16, 32], timeout=180)
+    best = 0.0
+    for m in re.finditer(r"batch (\d+) p50_ms ([\d.]+) items_per_s ([\d.]+)", out):
+        batch, p50, rate = int(m.group(1)), float(m.group(2)), float(m.group(3))
+        print(f"torch in-process CUDA batch {batch}: p50 {p50:.3f} ms, {rate:.1f} images/s",
+              flush=True)
+        if batch == 1:
+            results["torch_b1_p50"] = p50
+        best = max(best, rate)
+    results["torch_best"] = best
+
+
+attempt("inferd on the GPU", inferd_gpu)
+attempt("ONNX Runtime in-process", ort_inprocess)
+attempt("torch in-process", torch_inprocess)
+attempt("inferd on the CPU", inferd_cpu)
+
+r = results
+if "resnet50_onnx_gpu" in r and "ort_b1_p50" in r:
+    figure("onnx_b1_p50_ratio", f"{r['resnet50_onnx_gpu'][0] / r['ort_b1_p50']:.3f}",
+           f"inferd {r['resnet50_onnx_gpu'][0]:.3f} ms / in-process {r['ort_b1_p50']:.3f} ms; goal <= 1.05")
+if "resnet50_onnx_gpu" in r and "ort_best" in r:
+    figure("onnx_c16_ratio", f"{r['resnet50_onnx_gpu'][1] / r['ort_best']:.3f}",
+           f"inferd {r['resnet50_onnx_gpu'][1]:.1f} / best in-process {r['ort_best']:.1f} images/s; goal >= 0.95")
+if "resnet50_torch_gpu" in r and "torch_b1_p50" in r:
+    figure("torch_b1_p50_ratio", f"{r['resnet50_torch_gpu'][0] / r['torch_b1_p50']:.3f}",
+           f"inferd {r['resnet50_torch_gpu'][0]:.3f} ms / in-process {r['torch_b1_p50']:.3f} ms; goal <= 1.05")
+if "resnet50_torch_gpu" in r and "torch_best" in r:
+    figure("torch_c16_ratio", f"{r['resnet50_torch_gpu'][1] / r['torch_best']:.3f}",
+           f"inferd {r['resnet50_torch_gpu'][1]:.1f} / best in-process {r['torch_best']:.1f} images/s; goal >= 0.95")
+if "resnet50_onnx_gpu" in r and r.get("resnet50_onnx_cpu"):
+    figure("gpu_cpu_images_ratio", f"{r['resnet50_onnx_gpu'][1] / r['resnet50_onnx_cpu']:.1f}",
+           f"{r['resnet50_onnx_gpu'][1]:.1f} / {r['resnet50_onnx_cpu']:.1f} images/s at c=16")
+sys.exit(1 if failed else 0)
