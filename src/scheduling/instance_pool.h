@@ -136,6 +136,8 @@ class InstancePool {
   void Run(backends::ModelInstance* instance, Batch batch);
   // SubmitAny's caller run on instance `index`, which it marked busy.
   void RunOnCaller(size_t index, Batch batch);
+  // Returns when no caller run holds an instance, or after twice caller_run_max_ns.
+  void WaitForCallerRuns() const;
   // Folds one run's Execute time into recent_run_ns_.
   void NoteRunTime(uint64_t ns);
 
@@ -147,6 +149,8 @@ class InstancePool {
   // before the first run. Racy updates lose a sample at most; nothing else reads it.
   static constexpr uint64_t kUnknownRunNs = ~uint64_t{0};
   std::atomic<uint64_t> recent_run_ns_{kUnknownRunNs};
+  // Caller runs in progress (changed under mu_; read without it by WaitForCallerRuns).
+  std::atomic<int> caller_runs_active_{0};
 
   mutable inferd::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

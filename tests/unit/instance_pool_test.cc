@@ -574,7 +574,9 @@ TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlo
   }
   ASSERT_EQ(inst->ThreadOfRun(2), caller.get_id());
   inst->Gate(false);
-  EXPECT_FALSE(SubmitOne("queued"));  // the only instance is busy: queued, not run here
+  // The only instance stays busy past the wait for a caller run (twice the 1 s bound):
+  // queued, not run here.
+  EXPECT_FALSE(SubmitOne("queued"));
   EXPECT_EQ(pool_->Queued(), 1u);
   gates_[0].Notify();
   caller.join();
@@ -584,6 +586,35 @@ TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlo
   EXPECT_EQ(inst->max_concurrent.load(), 1);
   std::lock_guard<std::mutex> lock(mu_);
   EXPECT_TRUE(status_["queued"].ok()) << status_["queued"];
+  EXPECT_EQ(output_["held"], "held");
+}
+
+TEST_F(CallerRunsTest, ASubmitterWaitsForAnotherThreadsShortCallerRunThenRunsItself) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
+  SubmitOne("warm");
+  WaitCompleted(1);
+  WaitIdle();
+  ASSERT_TRUE(SubmitOne("warm2"));
+  inst->Gate(true);
+  std::thread first([&] { SubmitOne("held"); });
+  for (int i = 0; i < 1000 && inst->ThreadOfRun(2) == std::thread::id(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(inst->ThreadOfRun(2), first.get_id());
+  inst->Gate(false);
+  // The held run ends well within the wait (twice the 1 s bound): this thread waits for it
+  // and runs its own request, without the queue or the instance's thread.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gates_[0].Notify();
+  });
+  EXPECT_TRUE(SubmitOne("second"));
+  EXPECT_EQ(inst->ThreadOfRun(3), std::this_thread::get_id());
+  first.join();
+  opener.join();
+  EXPECT_EQ(inst->max_concurrent.load(), 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(output_["second"], "second");
   EXPECT_EQ(output_["held"], "held");
 }
 
