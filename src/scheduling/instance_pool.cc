@@ -84,53 +84,48 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
   size_t caller = kNoInstance;
   const bool may_run_here =
       caller_runs_ && recent_run_ns_.load(std::memory_order_relaxed) <= options_.caller_run_max_ns;
-  for (bool waited = false;; waited = true) {
-    bool wait_for_caller_run = false;
-    {
-      inferd::MutexLock lock(&mu_);
-      if (may_run_here && !stopping_ && queued_.empty()) {
-        // An idle instance with no wake-up on its way: this thread runs the batch on it.
-        for (size_t i = 0; i < slots_.size(); ++i) {
-          Slot& s = *slots_[i];
-          if (!s.busy && !s.woken) {
-            s.busy = true;
-            executing_ += batch.requests.size();
-            caller_runs_active_.fetch_add(1, std::memory_order_relaxed);
-            caller = i;
-            break;
-          }
+  {
+    inferd::MutexLock lock(&mu_);
+    if (may_run_here && !stopping_ && queued_.empty() && !handing_off_) {
+      // An idle instance with no wake-up on its way: this thread runs the batch on it.
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& s = *slots_[i];
+        if (!s.busy && !s.woken) {
+          s.busy = true;
+          executing_ += batch.requests.size();
+          caller = i;
+          break;
         }
-        // Every instance busy and one of them held by another thread's caller run (two
-        // event loops serving one instance): it ends within about one short run, sooner than
-        // a hand-off to the instance thread and back would answer. Wait for it, once.
-        wait_for_caller_run = caller == kNoInstance && !waited &&
-                              caller_runs_active_.load(std::memory_order_relaxed) > 0;
       }
-      if (caller != kNoInstance || wait_for_caller_run) {
-        // Run below, without the lock.
-      } else if (stopping_) {
-        refused = absl::UnavailableError(StrCat("model '", options_.model_name, "' version ",
-                                                options_.version, " is unloading"));
-      } else if (queued_.size() >= max_queued) {
-        refused = absl::UnavailableError(
-            StrCat("model '", options_.model_name, "' has ", queued_.size(),
-                   " requests queued, the limit (--max-queue-size); retry later"));
-      } else {
-        queued_.push_back(std::move(batch));
-        // Wake one idle instance that is not already on its way to the queue; with none, the
-        // next instance to finish its run takes it.
-        for (auto& s : slots_) {
-          if (!s->busy && !s->woken) {
-            s->woken = true;
-            wake = s.get();
-            break;
-          }
-        }
-        if (wake == nullptr) return;
-      }
+      // Every instance busy: the model is saturated (two event loops serving one instance,
+      // say). Hand off from now on, as without caller runs: the instance threads take the
+      // queue without sleeping between runs and each loop is woken once per batch of answers,
+      // where mixing the two paths costs more than either. Until an instance thread finds the
+      // queue empty and sleeps (InstanceLoop).
+      if (caller == kNoInstance) handing_off_ = true;
     }
-    if (!wait_for_caller_run) break;
-    WaitForCallerRuns();
+    if (caller != kNoInstance) {
+      // Run below, without the lock.
+    } else if (stopping_) {
+      refused = absl::UnavailableError(StrCat("model '", options_.model_name, "' version ",
+                                              options_.version, " is unloading"));
+    } else if (queued_.size() >= max_queued) {
+      refused = absl::UnavailableError(
+          StrCat("model '", options_.model_name, "' has ", queued_.size(),
+                 " requests queued, the limit (--max-queue-size); retry later"));
+    } else {
+      queued_.push_back(std::move(batch));
+      // Wake one idle instance that is not already on its way to the queue; with none, the
+      // next instance to finish its run takes it.
+      for (auto& s : slots_) {
+        if (!s->busy && !s->woken) {
+          s->woken = true;
+          wake = s.get();
+          break;
+        }
+      }
+      if (wake == nullptr) return;
+    }
   }
   if (caller != kNoInstance) {
     RunOnCaller(caller, std::move(batch));
@@ -157,7 +152,6 @@ void InstancePool::RunOnCaller(size_t index, Batch batch) {
     Slot& slot = *slots_[index];
     slot.busy = false;
     executing_ -= n;
-    caller_runs_active_.fetch_sub(1, std::memory_order_release);
     if (stopping_) all_free_.SignalAll();
     // Another thread queued a batch while every instance was busy: the instance's own thread
     // takes it, as it would had it run this batch itself.
@@ -167,18 +161,6 @@ void InstancePool::RunOnCaller(size_t index, Batch batch) {
     }
   }
   if (wake != nullptr) wake->cv.Signal();
-}
-
-void InstancePool::WaitForCallerRuns() const {
-  // Spins: a sleep and a wake-up would cost what the wait saves. At most twice the longest
-  // run that may run on a caller, then the batch queues as usual.
-  const uint64_t until = core::NowNs() + 2 * options_.caller_run_max_ns;
-  for (int i = 0; caller_runs_active_.load(std::memory_order_acquire) > 0; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 && core::NowNs() >= until) return;
-  }
 }
 
 void InstancePool::NoteRunTime(uint64_t ns) {
@@ -233,6 +215,7 @@ void InstancePool::InstanceLoop(size_t index) {
     // `busy` with no batch of its own: a caller run holds the instance (SubmitAny), and the
     // queue waits until it ends (RunOnCaller wakes this thread for it).
     while (!slot->batch.has_value() && (queued_.empty() || slot->busy) && !exit_) {
+      if (queued_.empty()) handing_off_ = false;  // the saturation is over
       slot->woken = false;
       slot->cv.Wait(&mu_);
     }

@@ -100,7 +100,10 @@ class InstancePool {
   // thread (an HTTP loop, a gRPC thread, an ensemble step's completion), and its responses
   // are delivered before SubmitAny returns. For a model that runs in microseconds the two
   // hand-offs (wake the instance thread, wake the frontend's loop with the answer) cost more
-  // than the run; a frontend thread is held no longer than such a run.
+  // than the run; a frontend thread is held no longer than such a run. Once a submitter finds
+  // every instance busy, batches are handed off again until an instance thread finds the
+  // queue empty (a saturated model: hand-offs then cost little, one wake per batch of
+  // answers, and mixing the two paths costs more than either).
   void SubmitAny(Batch batch, size_t max_queued);
   // Takes out the batches SubmitAny queued for which `take` returns true (cancelled, past a
   // deadline). `take` runs under the pool's lock: it must not call into the pool.
@@ -136,8 +139,6 @@ class InstancePool {
   void Run(backends::ModelInstance* instance, Batch batch);
   // SubmitAny's caller run on instance `index`, which it marked busy.
   void RunOnCaller(size_t index, Batch batch);
-  // Returns when no caller run holds an instance, or after twice caller_run_max_ns.
-  void WaitForCallerRuns() const;
   // Folds one run's Execute time into recent_run_ns_.
   void NoteRunTime(uint64_t ns);
 
@@ -149,8 +150,9 @@ class InstancePool {
   // before the first run. Racy updates lose a sample at most; nothing else reads it.
   static constexpr uint64_t kUnknownRunNs = ~uint64_t{0};
   std::atomic<uint64_t> recent_run_ns_{kUnknownRunNs};
-  // Caller runs in progress (changed under mu_; read without it by WaitForCallerRuns).
-  std::atomic<int> caller_runs_active_{0};
+  // SubmitAny found every instance busy: no caller runs until an instance thread finds the
+  // queue empty.
+  bool handing_off_ ABSL_GUARDED_BY(mu_) = false;
 
   mutable inferd::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

@@ -574,9 +574,7 @@ TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlo
   }
   ASSERT_EQ(inst->ThreadOfRun(2), caller.get_id());
   inst->Gate(false);
-  // The only instance stays busy past the wait for a caller run (twice the 1 s bound):
-  // queued, not run here.
-  EXPECT_FALSE(SubmitOne("queued"));
+  EXPECT_FALSE(SubmitOne("queued"));  // the only instance is busy: queued, not run here
   EXPECT_EQ(pool_->Queued(), 1u);
   gates_[0].Notify();
   caller.join();
@@ -589,7 +587,7 @@ TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlo
   EXPECT_EQ(output_["held"], "held");
 }
 
-TEST_F(CallerRunsTest, ASubmitterWaitsForAnotherThreadsShortCallerRunThenRunsItself) {
+TEST_F(CallerRunsTest, OnceSaturatedItHandsOffUntilTheInstanceThreadFindsTheQueueEmpty) {
   ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
   SubmitOne("warm");
   WaitCompleted(1);
@@ -602,20 +600,17 @@ TEST_F(CallerRunsTest, ASubmitterWaitsForAnotherThreadsShortCallerRunThenRunsIts
   }
   ASSERT_EQ(inst->ThreadOfRun(2), first.get_id());
   inst->Gate(false);
-  // The held run ends well within the wait (twice the 1 s bound): this thread waits for it
-  // and runs its own request, without the queue or the instance's thread.
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    gates_[0].Notify();
-  });
-  EXPECT_TRUE(SubmitOne("second"));
-  EXPECT_EQ(inst->ThreadOfRun(3), std::this_thread::get_id());
+  EXPECT_FALSE(SubmitOne("queued"));  // every instance busy: queued, and hand-offs from now on
+  gates_[0].Notify();
   first.join();
-  opener.join();
+  WaitCompleted(4);
+  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  // The instance thread ran the queue dry and sleeps (Executing() is 0 only once it waits):
+  // caller runs again.
+  WaitIdle();
+  EXPECT_TRUE(SubmitOne("after"));
+  EXPECT_EQ(inst->ThreadOfRun(4), std::this_thread::get_id());
   EXPECT_EQ(inst->max_concurrent.load(), 1);
-  std::lock_guard<std::mutex> lock(mu_);
-  EXPECT_EQ(output_["second"], "second");
-  EXPECT_EQ(output_["held"], "held");
 }
 
 }  // namespace
