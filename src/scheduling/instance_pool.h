@@ -96,14 +96,14 @@ class InstancePool {
   // (--max-queue-size), or once Shutdown began, its requests are answered UNAVAILABLE and
   // counted REJECTED.
   // Caller runs (Options::caller_runs): when nothing is queued, an instance is idle and the
-  // model's recent runs took at most Options::caller_run_max_ns, the batch runs here, on the submitting
-  // thread (an HTTP loop, a gRPC thread, an ensemble step's completion), and its responses
-  // are delivered before SubmitAny returns. For a model that runs in microseconds the two
-  // hand-offs (wake the instance thread, wake the frontend's loop with the answer) cost more
-  // than the run; a frontend thread is held no longer than such a run. Once a submitter finds
-  // every instance busy, batches are handed off again until an instance thread finds the
-  // queue empty (a saturated model: hand-offs then cost little, one wake per batch of
-  // answers, and mixing the two paths costs more than either).
+  // model's recent runs took at most Options::caller_run_max_ns, the batch runs here, on the
+  // submitting thread (an HTTP loop, a gRPC thread, an ensemble step's completion), and its
+  // responses are delivered before SubmitAny returns. For a model that runs in microseconds
+  // the two hand-offs (wake the instance thread, wake the frontend's loop with the answer)
+  // cost more than the run; a frontend thread is held no longer than such a run. Once a
+  // submitter finds every instance busy, batches are handed off again until an instance
+  // thread finds the queue empty (a saturated model: hand-offs then cost little, one wake per
+  // batch of answers, and mixing the two paths costs more than either).
   void SubmitAny(Batch batch, size_t max_queued);
   // Takes out the batches SubmitAny queued for which `take` returns true (cancelled, past a
   // deadline). `take` runs under the pool's lock: it must not call into the pool.
@@ -150,14 +150,14 @@ class InstancePool {
   // before the first run. Racy updates lose a sample at most; nothing else reads it.
   static constexpr uint64_t kUnknownRunNs = ~uint64_t{0};
   std::atomic<uint64_t> recent_run_ns_{kUnknownRunNs};
-  // SubmitAny found every instance busy: no caller runs until an instance thread finds the
-  // queue empty.
-  bool handing_off_ ABSL_GUARDED_BY(mu_) = false;
 
   mutable inferd::Mutex mu_;
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   std::deque<Batch> queued_ ABSL_GUARDED_BY(mu_);  // SubmitAny's, for the first free instance
   size_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  // SubmitAny found every instance busy: no caller runs until an instance thread finds the
+  // queue empty.
+  bool handing_off_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool exit_ ABSL_GUARDED_BY(mu_) = false;
   inferd::CondVar all_free_;  // signalled when an instance becomes free while stopping

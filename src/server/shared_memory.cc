@@ -232,8 +232,8 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
       // The model reads host bytes: one device-to-host copy, here at the edge.
       auto host = gpu::PlacedBuffer::Allocate(*gpus_, MemoryPlace::Host(), view->size);
       if (!host.ok()) return host.status();
-      if (absl::Status st = CopyPlaced(gpus_, host->data(), MemoryPlace::Host(), view->data, view->place,
-                                 view->size);
+      if (absl::Status st = CopyPlaced(gpus_, host->data(), MemoryPlace::Host(), view->data,
+                                       view->place, view->size);
           !st.ok()) {
         return absl::InternalError(inferd::StrCat("input '", in.name,
                                                   "': copying from CUDA shared memory region '",
@@ -282,8 +282,8 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
                 t.view.size));
             break;
           }
-          if (absl::Status st = CopyPlaced(gpus, t.view.data, t.view.place, out.data.data(), out.place,
-                                     out.data.size());
+          if (absl::Status st = CopyPlaced(gpus, t.view.data, t.view.place, out.data.data(),
+                                           out.place, out.data.size());
               !st.ok()) {
             response->status = absl::InternalError(
                 inferd::StrCat("output '", out.name, "': copying into shared memory region '",
