@@ -36,7 +36,7 @@ std::shared_ptr<LoadWaiters::Waiter> LoadWaiters::NewWaiter(std::string name,
 std::optional<std::string> LoadWaiters::PendingSource(std::string_view name) const {
   inferd::ReaderMutexLock lock(&mu_);
   auto it = pending_.find(name);
-  if (it == pending_.end()) return std::nullopt;
+  if (it == pending_.end() || it->second->failed) return std::nullopt;
   return it->second->source_name;
 }
 
@@ -51,6 +51,9 @@ LoadWaiters::Joined LoadWaiters::Join(const std::string& name, const std::string
   {
     inferd::MutexLock lock(&mu_);
     auto& pending = pending_[name];
+    // A failed load answering its waiters: a request for another source must not get its
+    // error; it starts a load of its own (Finish erases only the entry it owns).
+    if (pending && pending->failed && pending->source_name != source_name) pending.reset();
     if (!pending) {
       if (!may_start) {
         pending_.erase(name);
@@ -75,6 +78,9 @@ void LoadWaiters::Finish(const std::string& name, const absl::Status& status) {
     auto it = pending_.find(name);
     if (it == pending_.end()) return;
     pending = it->second;
+    // Before any answer goes out: a client that got this error and asks at once for another
+    // source must find the name free, not bound to the source that failed.
+    pending->failed = !status.ok();
   }
   // OK: each waiter looks the model up itself (and gets its real state). The load stays
   // pending until every waiter has been answered, so that the model store evicts nothing

@@ -60,7 +60,7 @@ class LoadWaiters {
                                     const Limits& limits) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The source a pending load of `name` loads (empty: the name itself); nullopt when none is
-  // pending.
+  // pending, or when it failed and is only answering its waiters (a failed load binds no name).
   std::optional<std::string> PendingSource(std::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
   // True while a load of `name` is pending, until each of its waiters has been answered.
   bool IsPending(std::string_view name) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -68,8 +68,9 @@ class LoadWaiters {
   enum class Joined { kNo, kJoined, kStarted };
   // Makes `w` wait for `name`'s pending load; when none is pending and `may_start`, creates it
   // (kStarted: the caller starts the load and calls Finish when it ends; `source_name` is what
-  // it loads). kNo (w untouched) when none is pending and not `may_start`. The wait limit
-  // starts now.
+  // it loads). kNo (w untouched) when none is pending and not `may_start`. A failed load that is
+  // still answering its waiters is joined only for its own source (the waiter gets its error);
+  // for another source it counts as none pending. The wait limit starts now.
   Joined Join(const std::string& name, const std::string& source_name,
               const std::shared_ptr<Waiter>& w, bool may_start) ABSL_LOCKS_EXCLUDED(mu_);
   // The end of `name`'s load: answers each of its waiters with `status`, those that join
@@ -93,6 +94,7 @@ class LoadWaiters {
   struct Pending {
     std::vector<std::shared_ptr<Waiter>> waiters;
     std::string source_name;
+    bool failed = false;  // Finish is answering its waiters with an error
   };
   void Reap();
 

@@ -357,16 +357,63 @@ def test_mme_budget_evicts_least_recently_used(mme, tmp_path, example_models):
     assert "memory budget (--model-memory-budget) is 1000 bytes" in tiny.srv.log()
 
 
-def test_mme_budget_with_measured_footprints(mme, tmp_path, example_models):
+def make_weighty_models(tmp_path, count):
+    """`count` archives of `simple` (add/sub, INT32 [16]) that also hold 4 MiB of weights in
+    use (OUTPUT2 = sum(float(INPUT0) @ W)), so that each measured footprint is megabytes: well
+    above the resident-memory noise of a load (a tiny model measures 40 to 200 KiB, which
+    moves with the machine and cannot size a budget)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    vi = helper.make_tensor_value_info
+    archives = []
+    for i in range(count):
+        w = numpy_helper.from_array(rng.standard_normal((16, 65536)).astype(np.float32), "W")
+        axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "AXES")
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+             helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+             helper.make_node("Cast", ["INPUT0"], ["F"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["F", "W"], ["P"]),
+             helper.make_node("ReduceSum", ["P", "AXES"], ["OUTPUT2"], keepdims=1)],
+            "weighty",
+            [vi("INPUT0", TensorProto.INT32, ["batch", 16]),
+             vi("INPUT1", TensorProto.INT32, ["batch", 16])],
+            [vi("OUTPUT0", TensorProto.INT32, ["batch", 16]),
+             vi("OUTPUT1", TensorProto.INT32, ["batch", 16]),
+             vi("OUTPUT2", TensorProto.FLOAT, ["batch", 1])],
+            initializer=[w, axes])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        d = tmp_path / f"m{i}" / f"m{i}"
+        (d / "1").mkdir(parents=True)
+        onnx.save(model, str(d / "1" / "model.onnx"))
+        (d / "config.pbtxt").write_text(
+            f'name: "m{i}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+            'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },\n'
+            '        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },\n'
+            '         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] },\n'
+            '         { name: "OUTPUT2" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+        archives.append(make_archive(d, tmp_path / f"m{i}.tar.gz"))
+    return archives
+
+
+def test_mme_budget_with_measured_footprints(mme, tmp_path):
     # RSS accounting (the default): footprints are measured, so the exact count of evictions
-    # varies; the budget must hold after every load and the metrics must agree.
-    archives = make_fp32_models(example_models, tmp_path, 5)
+    # varies; the budget must hold after every load and the metrics must agree. Models of
+    # megabytes (each measures 4 to 9 MiB, as the allocator reuses freed memory or not): room
+    # for two and a half of the largest always holds any one of them, whatever the noise.
+    archives = make_weighty_models(tmp_path, 5)
     probe = mme()
     for i, archive in enumerate(archives):
         assert probe.post("/models", json={"model_name": f"m{i}", "url": str(archive)}).status_code == 200
     measured = footprints(probe.srv.log())
     assert all(measured.get(f"m{i}", 0) > 0 for i in range(5)), measured
-    room = int(max(measured[f"m{i}"] for i in range(5)) * 2.5)
+    largest = max(measured[f"m{i}"] for i in range(5))
+    assert largest > 4 << 20, measured  # its weights
+    room = int(largest * 2.5)
     budget = room + int(measured.get("simple", 0))
     # The pinned `simple` loads first and its measured footprint carries ONNX Runtime's one-time
     # set-up, which moves with the machine's load: where it came out larger than in the probe,
@@ -382,7 +429,7 @@ def test_mme_budget_with_measured_footprints(mme, tmp_path, example_models):
             budget = int(need.group(1)) + room
     sm.budget = budget
     loads = round_robin(sm, archives)
-    assert loads >= 5
+    assert loads >= 5, loads
     # Every load beyond what stays resident evicted one model.
     evictions = metric(sm, 'inferd_model_evictions_total{reason="memory_budget"}')
     assert evictions == loads - len(resident(sm)), (evictions, loads, resident(sm))

@@ -5,6 +5,8 @@
 #include "repository/load_waiters.h"
 
 #include <atomic>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -94,6 +96,42 @@ TEST(LoadWaitersTest, AFailedLoadAnswersEachWaiterWithItsError) {
   ASSERT_TRUE(b.Wait());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(b.status().message(), HasSubstr("bad config"));
+}
+
+// A client that got a failed load's error may ask for another source of the same name before
+// Finish has answered every waiter: the name is free, and the new request starts its own load
+// instead of getting the old error (CI saw a 409 "serves 'missing.tar.gz'" here).
+TEST(LoadWaitersTest, AFailedLoadBindsNoNameWhileItAnswers) {
+  LoadWaiters waiters(kLong);
+  Answer next, same;
+  std::optional<std::string> seen = "unset";
+  LoadWaiters::Joined other = LoadWaiters::Joined::kNo;
+  LoadWaiters::Joined again = LoadWaiters::Joined::kNo;
+  auto first = waiters.NewWaiter(
+      "m",
+      [&](absl::Status st) {
+        EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+        seen = waiters.PendingSource("m");
+        again = waiters.Join("m", "missing", waiters.NewWaiter("m", same.then(), {}), true);
+        other = waiters.Join("m", "good", waiters.NewWaiter("m", next.then(), {}), true);
+      },
+      {});
+  ASSERT_EQ(waiters.Join("m", "missing", first, true), LoadWaiters::Joined::kStarted);
+  EXPECT_EQ(waiters.PendingSource("m"), "missing");
+  waiters.Finish("m", absl::NotFoundError("no 'missing'"));
+  EXPECT_EQ(seen, std::nullopt);
+  // The same source joins the failed load and gets its error.
+  EXPECT_EQ(again, LoadWaiters::Joined::kJoined);
+  ASSERT_TRUE(same.Wait());
+  EXPECT_EQ(same.status().code(), absl::StatusCode::kNotFound);
+  // Another source starts its own load, which the failed one's end neither answers nor ends.
+  EXPECT_EQ(other, LoadWaiters::Joined::kStarted);
+  EXPECT_FALSE(next.done());
+  EXPECT_EQ(waiters.PendingSource("m"), "good");
+  waiters.Finish("m", absl::OkStatus());
+  ASSERT_TRUE(next.Wait());
+  EXPECT_TRUE(next.status().ok());
+  EXPECT_FALSE(waiters.IsPending("m"));
 }
 
 TEST(LoadWaitersTest, TheWaitLimitAnswersUnavailableAndTheLoadGoesOn) {
