@@ -28,7 +28,7 @@ B = np.full((1, 16), 3, dtype=np.int32)
 NO_EFFECT = {
     "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": ("true", "one repository"),
     "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": ("4", "buffer-manager"),
-    "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": ("0.8", "CPU build"),
+    "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": ("0.8", "shows no GPU"),
     "SAGEMAKER_TRITON_TENSORFLOW_VERSION": ("2", "TensorFlow"),
 }
 
@@ -271,6 +271,26 @@ def test_no_effect_variables_are_logged_not_passed(serve, var):
     assert r.rc == 0, r.log
     assert r.argv == baseline.argv  # nothing inferd would refuse
     assert f"{var}={value} accepted, no effect in inferd" in r.log and reason in r.log
+
+
+def test_model_load_gpu_limit_for_each_gpu(serve, tmp_path):
+    # Triton's serve: one --model-load-gpu-limit <i>:<fraction> per line of `nvidia-smi -L`.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] || exit 2\n"
+                   "echo 'GPU 0: NVIDIA A10G (UUID: GPU-aaaa)'\n"
+                   "echo 'GPU 1: NVIDIA A10G (UUID: GPU-bbbb)'\n")
+    smi.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    r = serve({"SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": "0.7", "PATH": path})
+    assert r.rc == 0, r.log
+    limits = [a for a in r.argv if a.startswith("--model-load-gpu-limit")]
+    assert limits == ["--model-load-gpu-limit=0:0.7", "--model-load-gpu-limit=1:0.7"], r.argv
+    assert "no effect" not in r.log, r.log
+    # Unset: no flag, whatever the machine has.
+    r = serve({"PATH": path})
+    assert r.rc == 0 and not any(a.startswith("--model-load-gpu-limit") for a in r.argv), r.argv
 
 
 # ---- additional arguments -------------------------------------------------------------------

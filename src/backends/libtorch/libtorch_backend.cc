@@ -592,15 +592,18 @@ constexpr std::string_view kParameters[] = {
     "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT", "INFERENCE_MODE",
     "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING",
     "ENABLE_TENSOR_FUSER", "ENABLE_WEIGHT_SHARING"};
-// Keys Triton's PyTorch backend reads that act on CUDA only: a WARNING line each.
+// Keys Triton's PyTorch backend reads that act on CUDA only. inferd does not apply them, on
+// CPU or GPU instances: a WARNING line each, saying what stays as it is.
 constexpr UnappliedParameter kUnapplied[] = {
     {"ENABLE_CACHE_CLEANING",
-     "it would empty PyTorch's CUDA caching allocator after each execution; this server has no "
-     "GPU"},
-    {"DISABLE_CUDNN", "it would turn cuDNN off for GPU execution; this server has no GPU"},
+     "it would empty PyTorch's CUDA caching allocator after each execution; inferd keeps the "
+     "cache (GPU memory is measured at load and stays with the model)"},
+    {"DISABLE_CUDNN",
+     "it would turn cuDNN off for GPU execution; inferd's GPU instances run with LibTorch's "
+     "default (cuDNN on)"},
     {"ENABLE_NVFUSER",
-     "it would turn TorchScript's NVFuser (a CUDA kernel fuser) on or off; this server has no "
-     "GPU (ENABLE_TENSOR_FUSER sets the CPU fuser)"},
+     "it would turn TorchScript's NVFuser (a CUDA kernel fuser) on or off; inferd leaves "
+     "LibTorch's default (ENABLE_TENSOR_FUSER sets the CPU fuser)"},
 };
 constexpr ConfigSupport kConfigSupport = {
     .parameters = kParameters, .unapplied = kUnapplied, .input_reshape = true};

@@ -578,7 +578,7 @@ class OnnxRuntimeBackend : public Backend {
           gpu ? "this build has no TensorRT (libnvinfer); the CUDA execution provider runs the "
                 "model"
               : "Triton adds it (the TensorRT or CUDA execution provider) to GPU instances "
-                "only; this server has no GPU";
+                "only; this model's instances run on the CPU";
       for (const auto& acc :
            spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
         LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
