@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
   std::vector<float> input(count);
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> dist(0.f, 1.f);
-  for (auto& v : input) v = dist(rng);
+  // ZEROS=1: all-zero input, as bench/binary_request.lua sends the server.
+  const bool zeros = std::getenv("ZEROS") && std::string(std::getenv("ZEROS")) == "1";
+  for (auto& v : input) v = zeros ? 0.f : dist(rng);
 
   const int threads = std::getenv("THREADS") ? std::atoi(std::getenv("THREADS")) : 2;
   const int sessions = std::getenv("SESSIONS") ? std::max(1, std::atoi(std::getenv("SESSIONS"))) : 1;

@@ -47,10 +47,17 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
       server_max_queue_size_(server_max_queue_size),
       stats_(stats),
       now_ns_(std::move(now_ns)),
+      learn_sizes_(policy_.preferred_batch_sizes.empty() && policy_.max_batch_size > 1),
+      costs_(policy_.max_batch_size),
       pool_({.model_name = model_name_,
              .version = version_,
              .stats = stats_,
-             .preserve_ordering = preserve_ordering_},
+             .preserve_ordering = preserve_ordering_,
+             .on_run = learn_sizes_ ? std::function<void(int64_t, uint64_t)>(
+                                          [this](int64_t total, uint64_t ns) {
+                                            costs_.Record(total, ns);
+                                          })
+                                    : nullptr},
             std::move(instances), [this](size_t instance) {
               {
                 inferd::MutexLock lock(&mu_);
@@ -274,6 +281,9 @@ void DynamicBatcher::BatcherLoop() {
     BatchPolicy policy = policy_;
     if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
     BatchDecision d = DecideBatch(policy, items, now);
+    if (d.take > 1 && learn_sizes_ && !stopping_) {
+      d.take = ShrinkBatch(items, d.take, costs_, &shrinks_);
+    }
     if (d.take > 0) {
       Batch run;
       run.requests.reserve(d.take);

@@ -2,6 +2,10 @@
 // forms batches (batch_policy.h) whenever an instance is free and submits each batch to the
 // model's InstancePool, which runs the backend once for the whole batch.
 //
+// Batch sizes: Triton's rules (batch_policy.h), except that with no preferred_batch_size the
+// batcher learns which batch sizes the model runs cheapest per request and may send fewer
+// than all the queued requests when a smaller batch has run clearly cheaper (ShrinkBatch).
+//
 // Queue policy: priority levels (1 is highest), per-level max_queue_size (a full level rejects
 // at once with UNAVAILABLE), timeouts with REJECT or DELAY (a delayed request goes behind every
 // request of its level and above that has not timed out), request timeouts that may only
@@ -98,7 +102,14 @@ class DynamicBatcher : public Scheduler {
   // Instances free for a batch, as the pool reported them (on_free) and this thread took them:
   // the batcher thread looks here on every wake-up without taking the pool's lock.
   std::vector<bool> idle_ ABSL_GUARDED_BY(mu_);
+  // ShrinkBatch's count of the batches it would have made smaller.
+  uint64_t shrinks_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Each batch size's run time per request, from the instance threads (batch_policy.h);
+  // learned only when the config names no preferred_batch_size.
+  const bool learn_sizes_;
+  BatchCosts costs_;
 
   // Declared after the queues: destroyed first, so no instance thread runs on.
   InstancePool pool_;

@@ -336,7 +336,10 @@ void InstancePool::Run(backends::ModelInstance* instance, Batch batch) {
       stats->RecordFailure(end - r.times.received_ns, metrics::FailureReason::kBackend);
     }
   }
-  if (any_ok) stats->RecordExecution(total, input_ns, infer_ns, output_ns);
+  if (any_ok) {
+    stats->RecordExecution(total, input_ns, infer_ns, output_ns);
+    if (options_.on_run) options_.on_run(total, end - start);
+  }
   if (done.empty() && batch.order.empty()) {
     // The common case: deliver straight from here, without wrapping each completion.
     for (size_t k = 0; k < n; ++k) {

@@ -67,6 +67,10 @@ class InstancePool {
     // The longest recent run (a moving average of each run's Execute time) for which it
     // does: about what the two thread hand-offs it saves cost.
     uint64_t caller_run_max_ns = 20'000;
+    // Runs on the instance thread after each run in which a request succeeded, with the
+    // batch's total size and the run's time (Execute, from gathering inputs to scattering
+    // outputs): the dynamic batcher learns its batch sizes from it (batch_policy.h).
+    std::function<void(int64_t batch_total, uint64_t run_ns)> on_run = nullptr;
   };
 
   // `on_free(i)` runs on instance i's thread each time the instance becomes free (after the

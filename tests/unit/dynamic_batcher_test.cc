@@ -327,5 +327,112 @@ TEST_F(DynamicBatcherTest, RunGoesOnWhileOneOfItsRequestsStillWaits) {
   EXPECT_TRUE(errors_.empty());
 }
 
+
+// Learned batch sizes: an instance that runs a batch of 3 slowly (30 ms) and a batch of 2 at
+// once. Each round holds the instance with a lone request, queues requests behind it, then
+// lets it go, so the batch that follows is exactly what was queued.
+class SlowThreeInstance : public backends::ModelInstance {
+ public:
+  SlowThreeInstance(inferd::Mutex* mu, std::vector<std::vector<std::string>>* batches)
+      : mu_(mu), batches_(batches) {}
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const>, backends::ExecutionTimes*) override {
+    std::vector<std::string> ids;
+    for (auto* r : requests) ids.push_back(r->id);
+    {
+      inferd::MutexLock lock(mu_);
+      batches_->push_back(ids);
+      if (ids[0].rfind("hold", 0) == 0) {
+        ++held_;
+        auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) {
+          return released_ >= held_;
+        };
+        mu_->Await(absl::Condition(&released));
+        return;
+      }
+    }
+    if (ids.size() == 3) absl::SleepFor(absl::Milliseconds(30));
+  }
+  // Lets the held run go (caller holds *mu_).
+  void Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) { ++released_; }
+  int held() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) { return held_; }
+
+ private:
+  inferd::Mutex* mu_;
+  std::vector<std::vector<std::string>>* batches_;
+  int held_ ABSL_GUARDED_BY(*mu_) = 0;
+  int released_ ABSL_GUARDED_BY(*mu_) = 0;
+};
+
+class LearnedSizesTest : public DynamicBatcherTest {
+ protected:
+  void StartSlowThree(const std::string& batching) {
+    auto cfg = config::ParseModelConfigText(
+        "name: \"m\" backend: \"identity\" max_batch_size: 8 "
+        "input [{name: \"x\" data_type: TYPE_FP32 dims: [1]}] "
+        "output [{name: \"y\" data_type: TYPE_FP32 dims: [1]}] dynamic_batching { " +
+            batching + " }",
+        "c");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    config_ = *cfg;
+    auto instance = std::make_unique<SlowThreeInstance>(&mu_, &batches_);
+    instance_ = instance.get();
+    std::vector<std::unique_ptr<backends::ModelInstance>> list;
+    list.push_back(std::move(instance));
+    batcher_ = std::make_unique<DynamicBatcher>(config_, 1, std::move(list), 1000, &stats_);
+  }
+  // One round: a held lone request, `n` queued behind it, then the release; returns the
+  // batches the queued ones ran in.
+  std::vector<std::vector<std::string>> Round(int n) {
+    const std::string tag = std::to_string(round_++);
+    size_t first;
+    int held;
+    {
+      inferd::MutexLock lock(&mu_);
+      first = batches_.size();
+      held = instance_->held();
+    }
+    Send("hold" + tag);
+    {
+      inferd::MutexLock lock(&mu_);
+      auto holding = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return instance_->held() > held; };
+      EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&holding), absl::Seconds(10)));
+    }
+    for (int i = 0; i < n; ++i) Send(tag + "-" + std::to_string(i));
+    {
+      inferd::MutexLock lock(&mu_);
+      instance_->Release();
+    }
+    WaitCompleted(sent_ += n + 1);
+    inferd::MutexLock lock(&mu_);
+    return {batches_.begin() + static_cast<std::ptrdiff_t>(first) + 1, batches_.end()};
+  }
+  SlowThreeInstance* instance_ = nullptr;
+  int round_ = 0;
+  size_t sent_ = 0;
+};
+
+TEST_F(LearnedSizesTest, ASizeThatRunsSlowlyIsSplitOnceLearned) {
+  StartSlowThree("max_queue_delay_microseconds: 0");
+  for (uint32_t i = 0; i < BatchCosts::kMinSamples; ++i) {
+    ASSERT_EQ(Round(3).size(), 1u);  // not learned yet: all three together
+    ASSERT_EQ(Round(2).size(), 1u);
+  }
+  // Three queued now run as 2 + 1: a batch of 2 has run far cheaper per request.
+  auto split = Round(3);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0].size(), 2u);
+  EXPECT_EQ(split[1].size(), 1u);
+}
+
+TEST_F(LearnedSizesTest, APreferredBatchSizeKeepsTritonsRules) {
+  StartSlowThree("max_queue_delay_microseconds: 0 preferred_batch_size: [ 8 ]");
+  for (uint32_t i = 0; i < BatchCosts::kMinSamples; ++i) {
+    ASSERT_EQ(Round(3).size(), 1u);
+    ASSERT_EQ(Round(2).size(), 1u);
+  }
+  EXPECT_EQ(Round(3).size(), 1u);
+}
+
 }  // namespace
 }  // namespace inferd::scheduling
