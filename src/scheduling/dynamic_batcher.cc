@@ -59,11 +59,18 @@ DynamicBatcher::DynamicBatcher(const config::ModelConfig& config, int64_t versio
                                           })
                                     : nullptr},
             std::move(instances), [this](size_t instance) {
+              bool wake;
               {
                 inferd::MutexLock lock(&mu_);
                 idle_[instance] = true;
+                // The freed instance's next batch, formed here: the instance thread runs it
+                // without sleeping and no other thread wakes. Anything left queued (a split
+                // batch, work for another free instance, a deadline to time) is the batcher
+                // thread's.
+                TrySubmitLocked(instance);
+                wake = QueuedLocked() > 0 || stopping_;
               }
-              batcher_cv_.Signal();  // outside the lock: the batcher can take it at once
+              if (wake) batcher_cv_.Signal();  // outside the lock: it can take it at once
             }) {
   for (const auto& in : config.input()) {
     if (in.allow_ragged_batch()) ragged_inputs_.push_back(in.name());
@@ -130,6 +137,12 @@ void DynamicBatcher::Enqueue(std::unique_ptr<core::InferRequest> request) {
       p.sequence = next_sequence_++;
       p.request = std::move(request);
       l.live.push_back(std::move(p));
+      // An idle instance runs it at once, without a wake of the batcher thread.
+      const auto free = std::find(idle_.begin(), idle_.end(), true);
+      if (free != idle_.end() && TrySubmitLocked(static_cast<size_t>(free - idle_.begin())) &&
+          QueuedLocked() == 0) {
+        return;
+      }
     }
   }
   if (!refused.ok()) {
@@ -241,6 +254,57 @@ uint64_t DynamicBatcher::NextDeadlineLocked() const {
   return next;
 }
 
+size_t DynamicBatcher::DecideLocked(uint64_t now, std::vector<Pending*>* order,
+                                    BatchDecision* d) {
+  *order = OrderLocked();
+  std::vector<QueuedItem> items;
+  items.reserve(order->size());
+  for (Pending* p : *order) items.push_back({p->enqueue_ns, p->request->batch_size, &p->shape_key});
+  BatchPolicy policy = policy_;
+  if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
+  *d = DecideBatch(policy, items, now);
+  if (d->take > 1 && learn_sizes_ && !stopping_) {
+    d->take = ShrinkBatch(items, d->take, costs_, &shrinks_);
+  }
+  return d->take;
+}
+
+void DynamicBatcher::SubmitLocked(size_t instance, size_t count) {
+  Batch run;
+  run.requests.reserve(count);
+  if (preserve_ordering_) run.order.reserve(count);
+  auto take = [&](std::deque<Pending>& from) {
+    if (preserve_ordering_) run.order.push_back(from.front().sequence);
+    run.requests.push_back(std::move(from.front().request));
+    from.pop_front();
+  };
+  size_t left = count;
+  for (auto& [level, l] : levels_) {
+    for (; left > 0 && !l.live.empty(); --left) take(l.live);
+    for (; left > 0 && !l.delayed.empty(); --left) take(l.delayed);
+  }
+  idle_[instance] = false;
+  pool_.Submit(instance, std::move(run));
+}
+
+bool DynamicBatcher::TrySubmitLocked(size_t instance) {
+  if (stopping_ || QueuedLocked() == 0) return false;
+  const uint64_t now = now_ns_();
+  std::vector<Pending*> order;
+  BatchDecision d;
+  if (DecideLocked(now, &order, &d) == 0) return false;  // it waits: the batcher's timer
+  // A request that must leave the queue unrun (cancelled, past a deadline, or a timeout that
+  // moves it behind the others) is the batcher thread's to answer, never run here.
+  for (Pending* p : order) {
+    if (p->request->IsCancelled() || (p->client_deadline_ns != 0 && now >= p->client_deadline_ns) ||
+        (p->deadline_ns != 0 && now >= p->deadline_ns)) {
+      return false;
+    }
+  }
+  SubmitLocked(instance, d.take);
+  return true;
+}
+
 void DynamicBatcher::BatcherLoop() {
   mu_.Lock();
   for (;;) {
@@ -274,32 +338,10 @@ void DynamicBatcher::BatcherLoop() {
       }
       continue;
     }
-    std::vector<Pending*> order = OrderLocked();
-    std::vector<QueuedItem> items;
-    items.reserve(order.size());
-    for (Pending* p : order) items.push_back({p->enqueue_ns, p->request->batch_size, &p->shape_key});
-    BatchPolicy policy = policy_;
-    if (stopping_) policy.max_queue_delay_ns = 0;  // drain without waiting
-    BatchDecision d = DecideBatch(policy, items, now);
-    if (d.take > 1 && learn_sizes_ && !stopping_) {
-      d.take = ShrinkBatch(items, d.take, costs_, &shrinks_);
-    }
-    if (d.take > 0) {
-      Batch run;
-      run.requests.reserve(d.take);
-      if (preserve_ordering_) run.order.reserve(d.take);
-      auto take = [&](std::deque<Pending>& from) {
-        if (preserve_ordering_) run.order.push_back(from.front().sequence);
-        run.requests.push_back(std::move(from.front().request));
-        from.pop_front();
-      };
-      size_t left = d.take;
-      for (auto& [level, l] : levels_) {
-        for (; left > 0 && !l.live.empty(); --left) take(l.live);
-        for (; left > 0 && !l.delayed.empty(); --left) take(l.delayed);
-      }
-      idle_[*idle] = false;
-      pool_.Submit(*idle, std::move(run));
+    std::vector<Pending*> order;
+    BatchDecision d;
+    if (DecideLocked(now, &order, &d) > 0) {
+      SubmitLocked(*idle, d.take);
       continue;
     }
     uint64_t until = d.wait_until_ns;

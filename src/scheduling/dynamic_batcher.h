@@ -75,6 +75,17 @@ class DynamicBatcher : public Scheduler {
   };
 
   void BatcherLoop();
+  // DecideBatch and ShrinkBatch over the queue in scheduling order (`order`): how many of its
+  // first requests to send now (d->take; 0: wait, until d->wait_until_ns if set).
+  size_t DecideLocked(uint64_t now, std::vector<Pending*>* order, BatchDecision* d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the first `count` queued requests to idle `instance`.
+  void SubmitLocked(size_t instance, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On the thread at hand (an Enqueue, or the instance's own on_free): sends idle `instance`
+  // the batch the policy says to send now; false when it would wait, when a queued request
+  // must leave unrun (the batcher thread answers it), or when stopping. Saves the batcher
+  // thread's wake-up on the common path.
+  bool TrySubmitLocked(size_t instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves timed-out requests out of the live queues (DELAY) and returns the ones to answer now:
   // cancelled, past the client's deadline, or past a REJECT timeout (`drop` says which).
   std::vector<Pending> ExpireLocked(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
