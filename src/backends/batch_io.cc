@@ -85,6 +85,24 @@ BatchInputCollector::BatchInputCollector(std::span<core::InferRequest* const> re
   for (const auto* r : requests_) total_batch_ += r->batch_size;
 }
 
+void BatchInputCollector::TakeGpuInputs(int device, std::vector<BatchBuffer>* device_buffers,
+                                        BatchBuffer::Allocator device_alloc, DeviceCopier copy) {
+  gpu_ = device;
+  device_buffers_ = device_buffers;
+  device_alloc_ = std::move(device_alloc);
+  copy_ = std::move(copy);
+}
+
+absl::Status BatchInputCollector::CheckGpuTensor(const core::InputTensor& t,
+                                                 std::string_view who) const {
+  if (gpu_ < 0 || t.place.device_id != gpu_ || t.datatype == DataType::kBytes) {
+    return absl::InternalError(inferd::StrCat(
+        "input '", t.name, "' of ", who, " is on ", t.place.ToString(),
+        ", which this instance does not read (the server copies such inputs to the host)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInput& cfg,
                                                        MemoryPlacement destination) {
   const bool pinned = destination.kind == MemoryPlacement::Kind::kPinnedHost;
@@ -105,14 +123,21 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
   if (n > 1 && !batch.shape.empty()) batch.shape[0] = total_batch_;
 
   if (n == 1 && !pinned) {
+    if (!first->place.OnHost()) {
+      if (auto st = CheckGpuTensor(*first, RequestLabel(*requests_[0], 0, 1)); !st.ok()) {
+        return st;
+      }
+      batch.place = first->place;
+    }
     if (auto st = CheckByteSize(*first, RequestLabel(*requests_[0], 0, 1)); !st.ok()) return st;
-    // The request's own bytes: no copy.
+    // The request's own bytes, where they are: no copy.
     batch.data = first->data;
     return batch;
   }
 
   // Check every request before copying any: the byte counts size the buffer.
   size_t bytes = 0;
+  bool on_gpu = false;
   for (size_t r = 0; r < n; ++r) {
     const core::InputTensor* t = r == 0 ? first : requests_[r]->FindInput(cfg.name());
     if (t == nullptr) {
@@ -127,8 +152,41 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
           ", which does not batch with the first request's ", DataTypeName(first->datatype), " ",
           ShapeToString(first->shape)));
     }
+    if (!t->place.OnHost()) {
+      if (auto st = CheckGpuTensor(*t, RequestLabel(*requests_[r], r, n)); !st.ok()) return st;
+      on_gpu = true;
+    }
     if (auto st = CheckByteSize(*t, RequestLabel(*requests_[r], r, n)); !st.ok()) return st;
     bytes += t->data.size();
+  }
+
+  if (on_gpu) {
+    // Gathered on the GPU: one copy per request, queued on the instance's stream.
+    if (next_device_buffer_ == device_buffers_->size()) {
+      device_buffers_->emplace_back(device_alloc_);
+    }
+    BatchBuffer& buffer = (*device_buffers_)[next_device_buffer_++];
+    char* data = buffer.Reserve(bytes);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(inferd::StrCat(
+          "input '", cfg.name(), "': cannot allocate ", bytes, " bytes on GPU ", gpu_,
+          " for the batch"));
+    }
+    size_t offset = 0;
+    for (const auto* r : requests_) {
+      const core::InputTensor* t = r->FindInput(cfg.name());
+      if (!t->data.empty()) {
+        if (absl::Status st = copy_(data + offset, t->data.data(), t->place, t->data.size());
+            !st.ok()) {
+          return absl::InternalError(inferd::StrCat("input '", cfg.name(), "': gathering on GPU ",
+                                                    gpu_, ": ", st.message()));
+        }
+      }
+      offset += t->data.size();
+    }
+    batch.data = std::string_view(data, bytes);
+    batch.place = MemoryPlace::Gpu(gpu_);
+    return batch;
   }
 
   // One copy of each request's bytes into this instance's buffer, sized once and kept across
