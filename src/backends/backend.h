@@ -104,10 +104,12 @@ class ModelInstance {
   // host first (backends/tensor_places.h). Never BYTES. Asked once, after creation.
   virtual std::optional<int> GpuInputsOn() const { return std::nullopt; }
 
-  // True when Execute may leave an output on a GPU (OutputTensor::place GPU n, bytes complete
-  // by the time Execute returns); the server then copies such outputs to the host for every
-  // consumer that reads host bytes (backends/tensor_places.h). False, the default: outputs are
-  // host memory. Asked once, after creation.
+  // Any instance may leave an output on a GPU (OutputTensor::place GPU n, bytes complete by the
+  // time Execute returns) for a request whose consumer reads GPU bytes
+  // (InferRequest::gpu_outputs_ok). True here when it may do so for other requests too; the
+  // server then copies such outputs to the host for every consumer that reads host bytes
+  // (backends/tensor_places.h). False, the default: other requests get host outputs. Asked
+  // once, after creation.
   virtual bool OutputsMayBeOnGpu() const { return false; }
 };
 

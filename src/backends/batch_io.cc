@@ -106,6 +106,10 @@ absl::Status BatchInputCollector::CheckGpuTensor(const core::InputTensor& t,
 absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInput& cfg,
                                                        MemoryPlacement destination) {
   const bool pinned = destination.kind == MemoryPlacement::Kind::kPinnedHost;
+  if (destination.kind == MemoryPlacement::Kind::kGpu) {
+    return absl::InternalError(inferd::StrCat(
+        "input '", cfg.name(), "': a GPU destination is asked for with TakeGpuInputs"));
+  }
   if (pinned && pinned_ == nullptr) {
     return absl::InternalError(inferd::StrCat(
         "input '", cfg.name(), "': pinned host memory asked for without a pinned allocator"));
@@ -243,13 +247,25 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
                                            const Shape& shape, std::string_view data,
                                            std::shared_ptr<const void> holder,
                                            MemoryPlacement source) {
-  (void)source;  // host memory, pinned or not: sliced the same way
+  // Host memory, pinned or not, and GPU memory are sliced the same way (offsets only); the
+  // slices carry the GPU place.
+  const bool gpu = source.kind == MemoryPlacement::Kind::kGpu;
+  if (gpu && datatype == DataType::kBytes) {
+    return absl::InternalError(inferd::StrCat(
+        "output '", name, "': a BYTES output must be in host memory, not on GPU ",
+        source.device_id));
+  }
+  const MemoryPlace place = gpu ? MemoryPlace::Gpu(source.device_id) : MemoryPlace::Host();
   const size_t n = requests_.size();
   if (n == 1) {
     if (IsOutputRequested(*requests_[0], name)) {
-      responses_[0]->outputs.push_back(
-          {std::string(name), datatype, ClientShape(cfg, shape, requests_[0]->batch_size), data,
-           std::move(holder)});
+      core::OutputTensor& out = responses_[0]->outputs.emplace_back();
+      out.name = std::string(name);
+      out.datatype = datatype;
+      out.shape = ClientShape(cfg, shape, requests_[0]->batch_size);
+      out.data = data;
+      out.holder = std::move(holder);
+      out.place = place;
     }
     return absl::OkStatus();
   }
@@ -297,8 +313,13 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
       }
       Shape request_shape = shape;
       request_shape[0] = rows;
-      responses_[r]->outputs.push_back({std::string(name), datatype,
-                                        ClientShape(cfg, request_shape, rows), slice, holder});
+      core::OutputTensor& out = responses_[r]->outputs.emplace_back();
+      out.name = std::string(name);
+      out.datatype = datatype;
+      out.shape = ClientShape(cfg, request_shape, rows);
+      out.data = slice;
+      out.holder = holder;
+      out.place = place;
     }
     element = next;
   }

@@ -49,9 +49,11 @@ struct MemoryPlacement {
   // kHost: any host memory (a lone request's own bytes, no copy).
   // kPinnedHost: page-locked host memory a runtime copies to `device_id` asynchronously
   // (Triton's CPU_PINNED): always a BatchBuffer from the collector's pinned allocator.
-  enum class Kind { kHost, kPinnedHost };
+  // kGpu: memory on GPU `device_id`; only an output's source (BatchOutputResponder::Respond:
+  // the slices get that GPU place, for a consumer that reads GPU bytes).
+  enum class Kind { kHost, kPinnedHost, kGpu };
   Kind kind = Kind::kHost;
-  int device_id = 0;  // the GPU the runtime copies to (kPinnedHost)
+  int device_id = 0;  // the GPU the runtime copies to (kPinnedHost), or holding it (kGpu)
 };
 
 // A contiguous host buffer kept by one instance across batches. Grows to the largest size asked
@@ -180,8 +182,10 @@ class BatchOutputResponder {
   // output, when the batch output does not split by batch (its first dimension is not the
   // total batch, or its bytes do not hold its shape).
   //
-  // `source`: where `data` lives; host memory only (a runtime copies a device output back
-  // first), so only kHost and kPinnedHost can be named.
+  // `source`: where `data` lives: host memory (kHost, kPinnedHost), or kGpu for an output a
+  // runtime left on its GPU (complete by now) for requests whose consumer reads GPU bytes
+  // (InferRequest::gpu_outputs_ok): the outputs then carry that GPU place. Never BYTES
+  // (INTERNAL).
   absl::Status Respond(const inference::ModelOutput* cfg, std::string_view name,
                        DataType datatype, const Shape& shape, std::string_view data,
                        std::shared_ptr<const void> holder, MemoryPlacement source = {});

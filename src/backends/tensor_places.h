@@ -10,7 +10,9 @@
 //     GPU only for a consumer that reads GPU bytes: a CUDA shared-memory region (copied
 //     device-to-device into it), or an ensemble, which hands it to its next step (and that
 //     step's server entry copies it to the host when the step's instances do not take GPU
-//     inputs on GPU n). Every other consumer (HTTP/gRPC serialization, system shared memory,
+//     inputs on GPU n). Any instance may answer on a GPU a request marked
+//     InferRequest::gpu_outputs_ok (an ensemble's step); one that may do so for any request
+//     says ModelInstance::OutputsMayBeOnGpu. Every other consumer (HTTP/gRPC serialization, system shared memory,
 //     classification, the response cache, a CPU step) gets host bytes: the server, or the
 //     ensemble for its own outputs, calls MakeOutputsHostReadable before handing the response
 //     on, so code that never heard of GPUs keeps reading `data` as host bytes.

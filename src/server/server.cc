@@ -316,8 +316,12 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
   // host before the cache, classification or the frontend read them, except those bound for a
   // shared-memory region (copied from the GPU into it: device-to-device for a CUDA region)
   // when nothing before that reads them, and except for a consumer that reads GPU bytes (an
-  // ensemble). Host-only models skip this: one branch.
-  if (model.outputs_may_be_on_gpu() && (!request->gpu_outputs_ok || cached || classify)) {
+  // ensemble, unless the cache, classification or the sequence batcher's state reads the
+  // outputs first). Host-only models skip this: one branch.
+  if (cached || classify || model.config().has_sequence_batching()) {
+    request->gpu_outputs_ok = false;
+  }
+  if (model.outputs_may_be_on_gpu() && !request->gpu_outputs_ok) {
     std::vector<std::string> to_region;
     if (!cached && !classify) {
       for (const auto& o : request->outputs) {

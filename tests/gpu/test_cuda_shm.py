@@ -58,6 +58,18 @@ instance_group [ {{ kind: {kind} count: 1 }} ]
 """
 
 
+ENSEMBLE_TWICE = """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "affine_gpu" model_version: -1
+    input_map { key: "x" value: "x" } output_map { key: "y" value: "mid" } },
+  { model_name: "affine_gpu" model_version: -1
+    input_map { key: "x" value: "mid" } output_map { key: "y" value: "y" } } ] }
+"""
+
+
 def write_onnx(path):
     """y = x * 2 + 1 over FP32 [16]."""
     import onnx
@@ -95,6 +107,9 @@ def server():
             (repo / name / "1").mkdir(parents=True)
             (repo / name / "config.pbtxt").write_text(onnx_config(kind))
             write_onnx(repo / name / "1" / "model.onnx")
+        # Two GPU steps: the first's output stays on the GPU for the second (no host trip).
+        (repo / "affine_gpu_twice" / "1").mkdir(parents=True)
+        (repo / "affine_gpu_twice" / "config.pbtxt").write_text(ENSEMBLE_TWICE)
     except ImportError:
         have_onnx = False
     # ResNet-50 on the CUDA provider, when make_models.py's models are here.
@@ -259,6 +274,30 @@ def test_gpu_model_input_in_region_equals_input_in_body(server, region):
         np.testing.assert_array_equal(reg.read(NBYTES, N), b)
     finally:
         server.post("/v2/cudasharedmemory/region/gpu_in/unregister")
+
+
+def test_ensemble_of_two_gpu_steps(server, region):
+    # affine_gpu's output stays on the GPU (IoBinding to device memory) for the next step,
+    # which binds it where it is; the ensemble's answer comes to the host at the end.
+    if not server.have_onnx:
+        pytest.skip("no onnx package to write the model")
+    if not wait_ready(server, "affine_gpu", 30) or not wait_ready(server, "affine_gpu_twice", 30):
+        pytest.skip("affine_gpu is not ready here (ONNX Runtime's CUDA provider)")
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    r = infer_body(server, "affine_gpu_twice", "x", "y", x, [N])
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()["outputs"][0]["data"], np.float32),
+                               (x * 2 + 1) * 2 + 1, rtol=1e-6)
+    # Input from a CUDA region, output into it.
+    reg = region(2 * NBYTES)
+    assert register(server, "twice", reg).status_code == 200
+    try:
+        reg.write(0, x)
+        r = infer(server, "affine_gpu_twice", "x", "y", shm("twice", 0), shm("twice", NBYTES))
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(reg.read(NBYTES, N), (x * 2 + 1) * 2 + 1, rtol=1e-6)
+    finally:
+        server.post("/v2/cudasharedmemory/region/twice/unregister")
 
 
 def test_resnet50_input_in_region_equals_input_in_body(server, region):

@@ -388,6 +388,30 @@ TEST(BatchOutputResponderTest, SlicesByEachRequestsBatchSize) {
   EXPECT_EQ(b.responses[2]->outputs[0].data.data(), out->data() + 32);
 }
 
+TEST(BatchOutputResponderTest, GpuSourceSlicesCarryTheGpuPlace) {
+  Batch b = ThreeFp32Requests();
+  auto out = std::make_shared<std::string>(BatchOutput());  // stands for GPU 1's memory
+  BatchOutputResponder responder(b.requests, b.responses, true);
+  ASSERT_TRUE(responder
+                  .Respond(nullptr, "Y", DataType::kFp32, {6, 2}, *out, out,
+                           {MemoryPlacement::Kind::kGpu, 1})
+                  .ok());
+  for (const auto* r : b.responses) EXPECT_EQ(r->outputs.at(0).place, MemoryPlace::Gpu(1));
+  EXPECT_EQ(b.responses[2]->outputs[0].data.data(), out->data() + 32);
+  // Host sources stay host.
+  Batch h = ThreeFp32Requests();
+  BatchOutputResponder host(h.requests, h.responses, true);
+  ASSERT_TRUE(host.Respond(nullptr, "Y", DataType::kFp32, {6, 2}, *out, out).ok());
+  EXPECT_EQ(h.responses[0]->outputs.at(0).place, MemoryPlace::Host());
+  // BYTES on a GPU cannot be split (its lengths are in the bytes).
+  Batch y = ThreeFp32Requests();
+  BatchOutputResponder bytes(y.requests, y.responses, true);
+  auto st = bytes.Respond(nullptr, "S", DataType::kBytes, {6}, *out, out,
+                          {MemoryPlacement::Kind::kGpu, 0});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(st.message(), HasSubstr("output 'S'"));
+}
+
 TEST(BatchOutputResponderTest, OnlyRequestsThatAskedGetAnOutput) {
   Batch b = ThreeFp32Requests();
   b.requests[0]->outputs.push_back(Wants("Y"));

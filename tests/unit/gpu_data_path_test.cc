@@ -34,11 +34,15 @@ std::vector<MemoryPlace> Seen() {
   return seen;
 }
 
+// `only_for_gpu_consumers`: as ONNX Runtime's CUDA instances, the output stays on the GPU
+// only for a request whose consumer reads GPU bytes (an ensemble's step), else it is written
+// to host memory.
 class GpuEchoInstance : public backends::ModelInstance {
  public:
-  GpuEchoInstance(gpu::FakeRuntime* rt, int device) : rt_(rt), device_(device) {}
+  GpuEchoInstance(gpu::FakeRuntime* rt, int device, bool only_for_gpu_consumers)
+      : rt_(rt), device_(device), only_for_gpu_consumers_(only_for_gpu_consumers) {}
   std::optional<int> GpuInputsOn() const override { return device_; }
-  bool OutputsMayBeOnGpu() const override { return true; }
+  bool OutputsMayBeOnGpu() const override { return !only_for_gpu_consumers_; }
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses,
                backends::ExecutionTimes*) override {
@@ -49,17 +53,28 @@ class GpuEchoInstance : public backends::ModelInstance {
         seen.push_back(in.place);
       }
       // The fake's device memory is host memory: the "kernel" reads and writes it directly.
-      std::shared_ptr<gpu::DeviceBuffer> out_mem = *rt_->AllocateDevice(device_, in.data.size());
+      const bool on_gpu = !only_for_gpu_consumers_ || requests[r]->gpu_outputs_ok;
+      std::shared_ptr<void> out_mem;
+      char* y_bytes;
+      if (on_gpu) {
+        std::shared_ptr<gpu::DeviceBuffer> d = *rt_->AllocateDevice(device_, in.data.size());
+        y_bytes = static_cast<char*>(d->data());
+        out_mem = std::move(d);
+      } else {
+        auto h = std::make_shared<std::string>(in.data.size(), '\0');
+        y_bytes = h->data();
+        out_mem = std::move(h);
+      }
       const float* x = reinterpret_cast<const float*>(in.data.data());
-      float* y = static_cast<float*>(out_mem->data());
+      float* y = reinterpret_cast<float*>(y_bytes);
       for (size_t i = 0; i < in.data.size() / sizeof(float); ++i) y[i] = x[i] + 1;
       core::OutputTensor out;
       out.name = "OUTPUT0";
       out.datatype = in.datatype;
       out.shape = in.shape;
-      out.data = std::string_view(static_cast<const char*>(out_mem->data()), in.data.size());
+      out.data = std::string_view(y_bytes, in.data.size());
       out.holder = out_mem;
-      out.place = MemoryPlace::Gpu(device_);
+      out.place = on_gpu ? MemoryPlace::Gpu(device_) : MemoryPlace::Host();
       responses[r]->outputs.push_back(std::move(out));
     }
   }
@@ -67,6 +82,7 @@ class GpuEchoInstance : public backends::ModelInstance {
  private:
   gpu::FakeRuntime* const rt_;
   const int device_;
+  const bool only_for_gpu_consumers_;
 };
 
 class GpuEchoBackend : public backends::Backend {
@@ -82,7 +98,8 @@ class GpuEchoBackend : public backends::Backend {
       const backends::ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
       const backends::InstanceDevice& device) override {
     if (!device.gpu) return CreateInstance(spec, group, index);
-    return std::make_unique<GpuEchoInstance>(rt_, device.id);
+    return std::make_unique<GpuEchoInstance>(
+        rt_, device.id, spec.config->parameters().contains("only_for_gpu_consumers"));
   }
 
  private:
@@ -107,6 +124,10 @@ class GpuDataPathTest : public ::testing::Test {
                       "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n");
     model("gpu1", std::string("backend: \"gpuecho\"\n") + kIo +
                       "instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]\n");
+    model("gpu0s", std::string("backend: \"gpuecho\"\n") + kIo +
+                       "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
+                       "parameters { key: \"only_for_gpu_consumers\" value: { string_value: "
+                       "\"1\" } }\n");
     model("cpu", std::string("backend: \"identity\"\n") + kIo);
     auto ensemble = [&](const std::string& name, const std::string& first,
                         const std::string& second) {
@@ -121,6 +142,7 @@ ensemble_scheduling { step [
     ensemble("gpu0_gpu0", "gpu0", "gpu0");
     ensemble("gpu0_cpu", "gpu0", "cpu");
     ensemble("gpu0_gpu1", "gpu0", "gpu1");
+    ensemble("gpu0s_gpu0s", "gpu0s", "gpu0s");
     gpus_ = gpu::FakeRuntime::WithDevices(2);
     backends_.Register(backends::MakeIdentityBackend());
     backends_.Register(std::make_unique<GpuEchoBackend>(gpus_.get()));
@@ -246,6 +268,20 @@ TEST_F(GpuDataPathTest, EnsembleCopiesGpuOutputToHostForCpuStepOrOtherGpu) {
   // The step on GPU 1 reads host bytes: its input came back from GPU 0.
   EXPECT_THAT(Seen(), ElementsAre(MemoryPlace::Host(), MemoryPlace::Host(), MemoryPlace::Host()));
   EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 3);  // hand-over, ensemble output
+}
+
+TEST_F(GpuDataPathTest, InstanceAnsweringOnGpuOnlyForGpuConsumers) {
+  // A client's request gets host outputs from it: no output edge, no copy.
+  HttpResponse r = Infer("gpu0s", true, false);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("[2.0,3.0,4.0,5.0]"));
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 0);
+  // An ensemble's steps are marked: the output stays on GPU 0 between the steps.
+  r = Infer("gpu0s_gpu0s", false, false);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("[3.0,4.0,5.0,6.0]"));
+  EXPECT_THAT(Seen(), ElementsAre(MemoryPlace::Gpu(0), MemoryPlace::Host(), MemoryPlace::Gpu(0)));
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 1);  // the ensemble's output, in Finish
 }
 
 TEST_F(GpuDataPathTest, EnsembleOutputIntoCudaRegion) {

@@ -206,6 +206,10 @@ class OrtInstance : public ModelInstance {
     return gpu_inputs_->device;
   }
 
+  // OutputsMayBeOnGpu stays false: outputs stay on the GPU (bound there through IoBinding, all
+  // but BYTES) only for a batch whose every request's consumer reads GPU bytes (an ensemble's
+  // step: InferRequest::gpu_outputs_ok); every other batch gets host outputs.
+
   int ThreadCount() const override {
     return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
   }
@@ -293,9 +297,20 @@ class OrtInstance : public ModelInstance {
       wanted.push_back(o);
       names.push_back(output_names_[o].c_str());
     }
+    // Outputs stay on the GPU when every request's consumer reads GPU bytes.
+    bool outputs_on_gpu = gpu_inputs_ != nullptr;
+    for (const auto* r : requests) outputs_on_gpu &= r->gpu_outputs_ok;
+    std::vector<bool> output_on_gpu(names.size(), false);
+    if (outputs_on_gpu) {
+      for (size_t k = 0; k < names.size(); ++k) {
+        output_on_gpu[k] =
+            config_->output(static_cast<int>(wanted[k])).data_type() != inference::TYPE_STRING;
+      }
+    }
     times->input_end_ns = core::NowNs();
     std::vector<Ort::Value> outputs =
-        on_gpu ? RunBound(input_names, inputs, names) : RunSession(input_names, inputs, names);
+        on_gpu || outputs_on_gpu ? RunBound(input_names, inputs, names, output_on_gpu)
+                                 : RunSession(input_names, inputs, names);
     times->output_start_ns = core::NowNs();
 
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -319,8 +334,10 @@ class OrtInstance : public ModelInstance {
         data = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
                                 info.GetElementCount() * DataTypeSize(dtype));
       }
+      MemoryPlacement source;
+      if (output_on_gpu[k]) source = {MemoryPlacement::Kind::kGpu, gpu_inputs_->device};
       auto st = responder.Respond(&config_->output(static_cast<int>(wanted[k])), names[k], dtype,
-                                  info.GetShape(), data, holder);
+                                  info.GetShape(), data, holder, source);
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
@@ -345,15 +362,25 @@ class OrtInstance : public ModelInstance {
     return v;
   }
 
-  // Session::Run through an IoBinding, for a batch with inputs in GPU memory: each input bound
-  // where it is (ONNX Runtime copies a host one up itself), each output bound to host memory,
-  // so the rest of the path reads host bytes as from Run.
+  // Session::Run through an IoBinding, for a batch with inputs in GPU memory or outputs to
+  // leave there: each input bound where it is (ONNX Runtime copies a host one up itself), each
+  // output bound to the GPU's memory where `on_gpu[k]`, else to host memory. ONNX Runtime
+  // waits for the provider's stream at the end of the run (RunOptions'
+  // disable_synchronize_execution_providers is left off), so GPU outputs are complete when
+  // this returns.
   std::vector<Ort::Value> RunBound(const std::vector<const char*>& input_names,
                                    const std::vector<Ort::Value>& inputs,
-                                   const std::vector<const char*>& output_names) {
+                                   const std::vector<const char*>& output_names,
+                                   const std::vector<bool>& on_gpu) {
     Ort::IoBinding binding(*session_);
     for (size_t i = 0; i < inputs.size(); ++i) binding.BindInput(input_names[i], inputs[i]);
-    for (const char* name : output_names) binding.BindOutput(name, memory_info_);
+    for (size_t k = 0; k < output_names.size(); ++k) {
+      if (on_gpu[k]) {
+        binding.BindOutput(output_names[k], gpu_inputs_->memory);
+      } else {
+        binding.BindOutput(output_names[k], memory_info_);
+      }
+    }
     RunGuarded([&] { session_->Run(run_options_, binding); });
     return binding.GetOutputValues();
   }
