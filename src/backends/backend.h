@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,6 +96,21 @@ class ModelInstance {
   // when it does not, and the model store measures the device's memory around the instance's
   // creation instead. Asked once, after the model's instances are created. Thread-safe.
   virtual int64_t DeviceMemoryBytes() const { return -1; }
+
+  // The GPU whose memory Execute reads inputs from as they are (InputTensor::place GPU n: a
+  // CUDA shared-memory region, an ensemble step's GPU output), as well as host inputs; nullopt,
+  // the default, for an instance that reads host bytes only. When every instance of a model
+  // answers the same GPU, the server leaves such inputs on it; otherwise it copies them to the
+  // host first (backends/tensor_places.h). Never BYTES. Asked once, after creation.
+  virtual std::optional<int> GpuInputsOn() const { return std::nullopt; }
+
+  // Any instance may leave an output on a GPU (OutputTensor::place GPU n, bytes complete by the
+  // time Execute returns) for a request whose consumer reads GPU bytes
+  // (InferRequest::gpu_outputs_ok). True here when it may do so for other requests too; the
+  // server then copies such outputs to the host for every consumer that reads host bytes
+  // (backends/tensor_places.h). False, the default: other requests get host outputs. Asked
+  // once, after creation.
+  virtual bool OutputsMayBeOnGpu() const { return false; }
 };
 
 class Backend {

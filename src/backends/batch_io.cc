@@ -85,9 +85,31 @@ BatchInputCollector::BatchInputCollector(std::span<core::InferRequest* const> re
   for (const auto* r : requests_) total_batch_ += r->batch_size;
 }
 
+void BatchInputCollector::TakeGpuInputs(int device, std::vector<BatchBuffer>* device_buffers,
+                                        BatchBuffer::Allocator device_alloc, DeviceCopier copy) {
+  gpu_ = device;
+  device_buffers_ = device_buffers;
+  device_alloc_ = std::move(device_alloc);
+  copy_ = std::move(copy);
+}
+
+absl::Status BatchInputCollector::CheckGpuTensor(const core::InputTensor& t,
+                                                 std::string_view who) const {
+  if (gpu_ < 0 || t.place.device_id != gpu_ || t.datatype == DataType::kBytes) {
+    return absl::InternalError(inferd::StrCat(
+        "input '", t.name, "' of ", who, " is on ", t.place.ToString(),
+        ", which this instance does not read (the server copies such inputs to the host)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInput& cfg,
                                                        MemoryPlacement destination) {
   const bool pinned = destination.kind == MemoryPlacement::Kind::kPinnedHost;
+  if (destination.kind == MemoryPlacement::Kind::kGpu) {
+    return absl::InternalError(inferd::StrCat(
+        "input '", cfg.name(), "': a GPU destination is asked for with TakeGpuInputs"));
+  }
   if (pinned && pinned_ == nullptr) {
     return absl::InternalError(inferd::StrCat(
         "input '", cfg.name(), "': pinned host memory asked for without a pinned allocator"));
@@ -105,14 +127,21 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
   if (n > 1 && !batch.shape.empty()) batch.shape[0] = total_batch_;
 
   if (n == 1 && !pinned) {
+    if (!first->place.OnHost()) {
+      if (auto st = CheckGpuTensor(*first, RequestLabel(*requests_[0], 0, 1)); !st.ok()) {
+        return st;
+      }
+      batch.place = first->place;
+    }
     if (auto st = CheckByteSize(*first, RequestLabel(*requests_[0], 0, 1)); !st.ok()) return st;
-    // The request's own bytes: no copy.
+    // The request's own bytes, where they are: no copy.
     batch.data = first->data;
     return batch;
   }
 
   // Check every request before copying any: the byte counts size the buffer.
   size_t bytes = 0;
+  bool on_gpu = false;
   for (size_t r = 0; r < n; ++r) {
     const core::InputTensor* t = r == 0 ? first : requests_[r]->FindInput(cfg.name());
     if (t == nullptr) {
@@ -127,8 +156,41 @@ absl::StatusOr<BatchInput> BatchInputCollector::Gather(const inference::ModelInp
           ", which does not batch with the first request's ", DataTypeName(first->datatype), " ",
           ShapeToString(first->shape)));
     }
+    if (!t->place.OnHost()) {
+      if (auto st = CheckGpuTensor(*t, RequestLabel(*requests_[r], r, n)); !st.ok()) return st;
+      on_gpu = true;
+    }
     if (auto st = CheckByteSize(*t, RequestLabel(*requests_[r], r, n)); !st.ok()) return st;
     bytes += t->data.size();
+  }
+
+  if (on_gpu) {
+    // Gathered on the GPU: one copy per request, queued on the instance's stream.
+    if (next_device_buffer_ == device_buffers_->size()) {
+      device_buffers_->emplace_back(device_alloc_);
+    }
+    BatchBuffer& buffer = (*device_buffers_)[next_device_buffer_++];
+    char* data = buffer.Reserve(bytes);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(inferd::StrCat(
+          "input '", cfg.name(), "': cannot allocate ", bytes, " bytes on GPU ", gpu_,
+          " for the batch"));
+    }
+    size_t offset = 0;
+    for (const auto* r : requests_) {
+      const core::InputTensor* t = r->FindInput(cfg.name());
+      if (!t->data.empty()) {
+        if (absl::Status st = copy_(data + offset, t->data.data(), t->place, t->data.size());
+            !st.ok()) {
+          return absl::InternalError(inferd::StrCat("input '", cfg.name(), "': gathering on GPU ",
+                                                    gpu_, ": ", st.message()));
+        }
+      }
+      offset += t->data.size();
+    }
+    batch.data = std::string_view(data, bytes);
+    batch.place = MemoryPlace::Gpu(gpu_);
+    return batch;
   }
 
   // One copy of each request's bytes into this instance's buffer, sized once and kept across
@@ -185,13 +247,25 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
                                            const Shape& shape, std::string_view data,
                                            std::shared_ptr<const void> holder,
                                            MemoryPlacement source) {
-  (void)source;  // host memory, pinned or not: sliced the same way
+  // Host memory, pinned or not, and GPU memory are sliced the same way (offsets only); the
+  // slices carry the GPU place.
+  const bool gpu = source.kind == MemoryPlacement::Kind::kGpu;
+  if (gpu && datatype == DataType::kBytes) {
+    return absl::InternalError(inferd::StrCat(
+        "output '", name, "': a BYTES output must be in host memory, not on GPU ",
+        source.device_id));
+  }
+  const MemoryPlace place = gpu ? MemoryPlace::Gpu(source.device_id) : MemoryPlace::Host();
   const size_t n = requests_.size();
   if (n == 1) {
     if (IsOutputRequested(*requests_[0], name)) {
-      responses_[0]->outputs.push_back(
-          {std::string(name), datatype, ClientShape(cfg, shape, requests_[0]->batch_size), data,
-           std::move(holder)});
+      core::OutputTensor& out = responses_[0]->outputs.emplace_back();
+      out.name = std::string(name);
+      out.datatype = datatype;
+      out.shape = ClientShape(cfg, shape, requests_[0]->batch_size);
+      out.data = data;
+      out.holder = std::move(holder);
+      out.place = place;
     }
     return absl::OkStatus();
   }
@@ -239,8 +313,13 @@ absl::Status BatchOutputResponder::Respond(const inference::ModelOutput* cfg,
       }
       Shape request_shape = shape;
       request_shape[0] = rows;
-      responses_[r]->outputs.push_back({std::string(name), datatype,
-                                        ClientShape(cfg, request_shape, rows), slice, holder});
+      core::OutputTensor& out = responses_[r]->outputs.emplace_back();
+      out.name = std::string(name);
+      out.datatype = datatype;
+      out.shape = ClientShape(cfg, request_shape, rows);
+      out.data = slice;
+      out.holder = holder;
+      out.place = place;
     }
     element = next;
   }

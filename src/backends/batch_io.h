@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/data_type.h"
+#include "common/memory_place.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
 
@@ -48,9 +49,11 @@ struct MemoryPlacement {
   // kHost: any host memory (a lone request's own bytes, no copy).
   // kPinnedHost: page-locked host memory a runtime copies to `device_id` asynchronously
   // (Triton's CPU_PINNED): always a BatchBuffer from the collector's pinned allocator.
-  enum class Kind { kHost, kPinnedHost };
+  // kGpu: memory on GPU `device_id`; only an output's source (BatchOutputResponder::Respond:
+  // the slices get that GPU place, for a consumer that reads GPU bytes).
+  enum class Kind { kHost, kPinnedHost, kGpu };
   Kind kind = Kind::kHost;
-  int device_id = 0;  // the GPU the runtime copies to (kPinnedHost)
+  int device_id = 0;  // the GPU the runtime copies to (kPinnedHost), or holding it (kGpu)
 };
 
 // A contiguous host buffer kept by one instance across batches. Grows to the largest size asked
@@ -100,6 +103,8 @@ struct BatchInput {
   // destruction. The memory a runtime's input tensors view: an output aliasing it must be
   // copied before it outlives the batch.
   std::string_view data;
+  // Where `data` is: the host, or the GPU of TakeGpuInputs when some request's tensor was there.
+  MemoryPlace place;
 };
 
 // Gathers the inputs of one batch. Does not own the requests or the buffers.
@@ -115,6 +120,19 @@ class BatchInputCollector {
   // The sum of the requests' batch sizes.
   int64_t total_batch() const { return total_batch_; }
 
+  // Queues a copy of `bytes` from `src` at `src_place` into device memory `dst` (on the
+  // instance's stream: the caller waits for it before the runtime reads the batch).
+  using DeviceCopier = std::function<absl::Status(void* dst, const void* src,
+                                                  MemoryPlace src_place, size_t bytes)>;
+  // Lets Gather take inputs on GPU `device` (InputTensor::place; an instance whose
+  // ModelInstance::GpuInputsOn is `device`). An input whose tensors are all on the host is
+  // gathered as before. One with a tensor on that GPU is gathered there: a lone request's own
+  // bytes (no copy), else one copy per request (host-to-device or device-to-device, through
+  // `copy`) into a buffer of `device_buffers` whose memory comes from `device_alloc`; the
+  // BatchInput's place says which. Call before the first Gather.
+  void TakeGpuInputs(int device, std::vector<BatchBuffer>* device_buffers,
+                     BatchBuffer::Allocator device_alloc, DeviceCopier copy);
+
   // Gathers config input `cfg`. NOT_FOUND when the first request leaves the input out (an
   // optional input): the caller skips it. INVALID_ARGUMENT naming the input and the request
   // when a later request lacks it, has another datatype or other non-batch dims, or sends a
@@ -122,17 +140,28 @@ class BatchInputCollector {
   //
   // `destination`: where the runtime wants the batch. kPinnedHost gathers into a buffer from
   // the `pinned` allocator, a lone request too (RESOURCE_EXHAUSTED naming the input when it
-  // cannot allocate; INTERNAL when the collector has no pinned allocator).
+  // cannot allocate; INTERNAL when the collector has no pinned allocator). A tensor on a GPU
+  // the collector does not take (TakeGpuInputs), or a BYTES tensor on a GPU, is INTERNAL: the
+  // server copies such tensors to the host before they reach an instance.
   absl::StatusOr<BatchInput> Gather(const inference::ModelInput& cfg,
                                     MemoryPlacement destination = {});
 
  private:
+  // OK for a tensor on the GPU this collector takes; INTERNAL naming it otherwise.
+  absl::Status CheckGpuTensor(const core::InputTensor& t, std::string_view who) const;
+
   std::span<core::InferRequest* const> requests_;
   const bool batching_;
   std::vector<BatchBuffer>* buffers_;
   BatchBuffer::Allocator pinned_;
   size_t next_buffer_ = 0;  // buffers_ used by this batch so far
   int64_t total_batch_ = 0;
+  // TakeGpuInputs: the GPU (-1: none), its buffers and how to fill them.
+  int gpu_ = -1;
+  std::vector<BatchBuffer>* device_buffers_ = nullptr;
+  BatchBuffer::Allocator device_alloc_;
+  DeviceCopier copy_;
+  size_t next_device_buffer_ = 0;
 };
 
 // Slices the outputs of one batch back to its requests. Does not own the requests or responses.
@@ -153,8 +182,10 @@ class BatchOutputResponder {
   // output, when the batch output does not split by batch (its first dimension is not the
   // total batch, or its bytes do not hold its shape).
   //
-  // `source`: where `data` lives; host memory only (a runtime copies a device output back
-  // first), so only kHost and kPinnedHost can be named.
+  // `source`: where `data` lives: host memory (kHost, kPinnedHost), or kGpu for an output a
+  // runtime left on its GPU (complete by now) for requests whose consumer reads GPU bytes
+  // (InferRequest::gpu_outputs_ok): the outputs then carry that GPU place. Never BYTES
+  // (INTERNAL).
   absl::Status Respond(const inference::ModelOutput* cfg, std::string_view name,
                        DataType datatype, const Shape& shape, std::string_view data,
                        std::shared_ptr<const void> holder, MemoryPlacement source = {});

@@ -39,9 +39,9 @@ struct InputTensor {
   // Set by the frontend when the data is in shared memory; the server points `data` there.
   std::optional<SharedMemoryRef> shm;
   // Where `data` points (Triton's memory type and id). Host by default; a GPU place is for
-  // bytes in a CUDA shared-memory region or an ensemble step's GPU output, which code reading
-  // `data` as host bytes must first copy with gpu::CopyToPlace. The server's shared-memory
-  // manager leaves a GPU place only for a model that takes GPU inputs (none does yet).
+  // bytes in a CUDA shared-memory region or an ensemble step's GPU output, which the server
+  // leaves on the GPU only for a model whose instances take GPU inputs there
+  // (ModelInstance::GpuInputsOn) and copies to the host otherwise (backends/tensor_places.h).
   MemoryPlace place;
 };
 
@@ -76,8 +76,10 @@ struct OutputTensor {
   // The server wrote the data into the shared-memory region the client named; the response
   // carries only its name, datatype and shape.
   bool in_shared_memory = false;
-  // Where `data` points. Host by default; no backend leaves an output on a GPU yet, and the
-  // frontends serialize `data` as host bytes.
+  // Where `data` points. Host by default. GPU n: a GPU instance left it there
+  // (ModelInstance::OutputsMayBeOnGpu); it reaches only consumers that read GPU bytes (a CUDA
+  // shared-memory region, an ensemble's next step), and the server copies it to the host for
+  // every other (backends/tensor_places.h), so frontends serialize `data` as host bytes.
   MemoryPlace place;
 };
 
@@ -157,6 +159,10 @@ struct InferRequest {
   ResponseCallback on_response;
   // Set by the server for decoupled models: where the backend sends its responses.
   std::shared_ptr<ResponseSender> response_sender;
+  // The one who reads the response reads GPU bytes too (an ensemble handing a step's outputs
+  // to its next step): outputs a GPU instance left on its GPU reach `on_complete` there. False,
+  // the default: every output reaching `on_complete` is host-readable (backends/tensor_places.h).
+  bool gpu_outputs_ok = false;
 
   InferRequest() = default;
   InferRequest(InferRequest&&) = default;

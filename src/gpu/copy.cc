@@ -98,4 +98,42 @@ absl::StatusOr<PlacedBuffer> CopyToPlace(Runtime& runtime, std::string_view src,
   return out;
 }
 
+absl::Status CopyNow(Runtime* runtime, void* dst, MemoryPlace dst_place, const void* src,
+                     MemoryPlace src_place, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst_place.OnHost() && src_place.OnHost()) {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  if (runtime == nullptr) {
+    return absl::InternalError(inferd::StrCat("a copy from ", src_place.ToString(), " to ",
+                                              dst_place.ToString(), " without a GPU runtime"));
+  }
+  const int device = dst_place.OnHost() ? src_place.device_id : dst_place.device_id;
+  if (absl::Status st = CheckGpu(*runtime, MemoryPlace::Gpu(device)); !st.ok()) return st;
+  absl::StatusOr<std::unique_ptr<Stream>> stream = runtime->CreateStream(device);
+  if (!stream.ok()) return stream.status();
+  if (absl::Status st =
+          CopyBetween(*runtime, dst, dst_place, src, src_place, bytes, stream->get());
+      !st.ok()) {
+    return st;
+  }
+  return (*stream)->Synchronize();
+}
+
+absl::StatusOr<PlacedBuffer> CopyToPlaceNow(Runtime* runtime, std::string_view src,
+                                            MemoryPlace src_place, MemoryPlace dst) {
+  if (runtime == nullptr) {
+    return absl::InternalError(inferd::StrCat("a copy from ", src_place.ToString(), " to ",
+                                              dst.ToString(), " without a GPU runtime"));
+  }
+  absl::StatusOr<PlacedBuffer> out = PlacedBuffer::Allocate(*runtime, dst, src.size());
+  if (!out.ok()) return out.status();
+  if (absl::Status st = CopyNow(runtime, out->data(), dst, src.data(), src_place, src.size());
+      !st.ok()) {
+    return st;
+  }
+  return out;
+}
+
 }  // namespace inferd::gpu

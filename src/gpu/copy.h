@@ -60,6 +60,19 @@ absl::Status CopyBetween(Runtime& runtime, void* dst, MemoryPlace dst_place, con
 absl::StatusOr<PlacedBuffer> CopyToPlace(Runtime& runtime, std::string_view src,
                                          MemoryPlace src_place, MemoryPlace dst, Stream* stream);
 
+// CopyBetween done by the time it returns, for an edge that has no stream of its own (the
+// server copying a tensor between a CUDA shared-memory region, an instance and the host): a
+// copy with a GPU end runs on a stream created on the GPU end's device (either, for GPU to
+// GPU) and waited for. `runtime` may be null when both places are on the host. Errors as
+// CopyBetween, INTERNAL for a GPU place without a runtime.
+absl::Status CopyNow(Runtime* runtime, void* dst, MemoryPlace dst_place, const void* src,
+                     MemoryPlace src_place, size_t bytes);
+
+// CopyToPlace done by the time it returns (CopyNow's stream): the edge copy of one tensor.
+// `runtime` must not be null (INTERNAL).
+absl::StatusOr<PlacedBuffer> CopyToPlaceNow(Runtime* runtime, std::string_view src,
+                                            MemoryPlace src_place, MemoryPlace dst);
+
 }  // namespace inferd::gpu
 
 #endif  // INFERD_GPU_COPY_H_

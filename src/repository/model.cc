@@ -221,7 +221,7 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
     }
     model->scheduler_ = std::make_unique<scheduling::EnsembleScheduler>(
         model->config_, version, *std::move(graph), options.dispatch, options.max_queue_size,
-        model->stats_.get());
+        model->stats_.get(), options.gpus);
     model->load_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     LOG_INFO << "loaded ensemble '" << config.name() << "' version " << version << ": "
@@ -271,6 +271,14 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   }
   for (const auto& p : places) model->devices_.push_back(p.device);
   for (const auto& inst : instances) model->instances_.push_back(inst.get());
+  // Where the instances take inputs: one GPU for all of them, or the host.
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const std::optional<int> on = instances[i]->GpuInputsOn();
+    if (i == 0) model->gpu_inputs_on_ = on;
+    if (on != model->gpu_inputs_on_) model->gpu_inputs_on_ = std::nullopt;
+    if (!on.has_value()) break;
+  }
+  for (const auto& inst : instances) model->outputs_may_be_on_gpu_ |= inst->OutputsMayBeOnGpu();
   int threads = 0;
   for (const auto& inst : instances) threads += inst->ThreadCount();
   if (threads > options.cpu_cores) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 #include <string>
 #include <string_view>
@@ -34,6 +35,9 @@ struct LoadOptions {
   metrics::LatencyMetricsConfig latency_metrics;
   // Where an ensemble sends its steps' requests (the server's inference entry point).
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
+  // The device layer an ensemble copies its GPU outputs to the host with (the server's
+  // ServerOptions::gpus); null: no GPU, so no output is ever on one.
+  gpu::Runtime* gpus = nullptr;
   // Whether a model is ready (the server's readiness), for backends that ask (Python's
   // is_model_ready).
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
@@ -81,6 +85,13 @@ class Model {
   // know is left out (the store measures it).
   std::map<int, int64_t> ReportedGpuMemoryBytes() const;
   metrics::ModelStats& stats() const { return *stats_; }
+  // The GPU every instance takes inputs on (ModelInstance::GpuInputsOn): the server leaves an
+  // input in a CUDA shared-memory region or an ensemble step's GPU output there; nullopt when
+  // any instance reads host bytes only, or they differ (an ensemble: its steps decide).
+  std::optional<int> gpu_inputs_on() const { return gpu_inputs_on_; }
+  // Whether an instance may answer with an output on a GPU (ModelInstance::OutputsMayBeOnGpu):
+  // the server then makes outputs host-readable for consumers that read host bytes.
+  bool outputs_may_be_on_gpu() const { return outputs_may_be_on_gpu_; }
   // Thread-safe; takes ownership (see Scheduler::Enqueue).
   void Enqueue(std::unique_ptr<core::InferRequest> request) const;
   size_t InFlight() const { return scheduler_->InFlight(); }
@@ -110,6 +121,8 @@ class Model {
   std::vector<const backends::ModelInstance*> instances_;
   std::vector<backends::InstanceDevice> devices_;  // per instance, as placed
   std::map<int, int64_t> gpu_memory_bytes_;
+  std::optional<int> gpu_inputs_on_;   // set by Load, read-only after
+  bool outputs_may_be_on_gpu_ = false;  // set by Load, read-only after
 };
 
 }  // namespace inferd::repository

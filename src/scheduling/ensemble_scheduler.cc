@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backends/backend.h"
+#include "backends/tensor_places.h"
 #include "common/strings.h"
 
 namespace inferd::scheduling {
@@ -185,14 +186,16 @@ struct EnsembleScheduler::Context {
 
 EnsembleScheduler::EnsembleScheduler(const config::ModelConfig& config, int64_t version,
                                      EnsembleGraph graph, StepDispatcher dispatch,
-                                     size_t max_queue_size, metrics::ModelStats* stats)
+                                     size_t max_queue_size, metrics::ModelStats* stats,
+                                     gpu::Runtime* gpus)
     : name_(config.name()),
       version_(version),
       graph_(std::move(graph)),
       dispatch_(std::move(dispatch)),
       max_inflight_(config.ensemble_scheduling().max_inflight_requests()),
       max_queue_size_(max_queue_size),
-      stats_(stats) {
+      stats_(stats),
+      gpus_(gpus) {
   output_names_.reserve(config.output_size());
   for (const auto& out : config.output()) output_names_.push_back(out.name());
 }
@@ -269,6 +272,7 @@ void EnsembleScheduler::Start(std::unique_ptr<core::InferRequest> request) {
       v.datatype = in->datatype;
       v.shape = in->shape;
       v.data = in->data;
+      v.place = in->place;
       v.holder = ctx->request;
     }
     ctx->steps_left = graph_.steps.size();
@@ -310,7 +314,12 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
       for (const auto& b : step.inputs) {
         if (ctx->absent[b.tensor]) continue;
         const core::OutputTensor& v = ctx->values[b.tensor];
-        req->inputs.push_back({b.model_tensor, v.datatype, v.shape, v.data});
+        core::InputTensor& in = req->inputs.emplace_back();
+        in.name = b.model_tensor;
+        in.datatype = v.datatype;
+        in.shape = v.shape;
+        in.data = v.data;
+        in.place = v.place;  // a GPU output stays there; the step's server entry decides
         if (std::find(keep->begin(), keep->end(), v.holder) == keep->end()) {
           keep->push_back(v.holder);
         }
@@ -318,6 +327,7 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     }
     req->payload = std::move(keep);
     for (const auto& b : step.outputs) req->outputs.push_back({b.model_tensor});
+    req->gpu_outputs_ok = true;  // the next step, or Finish, decides where they go
     req->on_complete = [this, ctx, s](std::unique_ptr<core::InferResponse> response) {
       OnStepDone(ctx, s, std::move(response));
     };
@@ -394,6 +404,12 @@ void EnsembleScheduler::Finish(Context* ctx) {
       out.name = output_names_[j];
       response->outputs.push_back(std::move(out));
     }
+  }
+  // The edge: a consumer that reads host bytes gets them (backends/tensor_places.h).
+  if (!ctx->request->gpu_outputs_ok && backends::AnyOutputOnGpu(*response) &&
+      !backends::MakeOutputsHostReadable(gpus_, response.get())) {
+    Fail(ctx, response->status);
+    return;
   }
   const uint64_t end = core::NowNs();
   const auto& times = ctx->request->times;

@@ -22,6 +22,7 @@
 #include "common/mutex.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
+#include "gpu/runtime.h"
 #include "metrics/model_stats.h"
 #include "scheduling/scheduler.h"
 
@@ -59,11 +60,18 @@ absl::StatusOr<EnsembleGraph> BuildEnsembleGraph(const config::ModelConfig& conf
 // routes it to that model's scheduler). Must not block.
 using StepDispatcher = std::function<void(std::unique_ptr<core::InferRequest>)>;
 
-// Thread-safe. `stats` must outlive the scheduler.
+// Tensors on a GPU (backends/tensor_places.h): a step's output keeps its place when it is
+// handed to the next step (whose server entry copies it to the host unless that step's
+// instances take GPU inputs on its GPU); the ensemble's own outputs are copied to the host
+// before the answer, unless the request says its consumer reads GPU bytes
+// (InferRequest::gpu_outputs_ok: a step of an enclosing ensemble).
+//
+// Thread-safe. `stats` and `gpus` (may be null: no GPU) must outlive the scheduler.
 class EnsembleScheduler : public Scheduler {
  public:
   EnsembleScheduler(const config::ModelConfig& config, int64_t version, EnsembleGraph graph,
-                    StepDispatcher dispatch, size_t max_queue_size, metrics::ModelStats* stats);
+                    StepDispatcher dispatch, size_t max_queue_size, metrics::ModelStats* stats,
+                    gpu::Runtime* gpus = nullptr);
   ~EnsembleScheduler() override;
 
   void Enqueue(std::unique_ptr<core::InferRequest> request) override;
@@ -94,6 +102,7 @@ class EnsembleScheduler : public Scheduler {
   const size_t max_inflight_;  // 0: no limit
   const size_t max_queue_size_;
   metrics::ModelStats* const stats_;
+  gpu::Runtime* const gpus_;
 
   mutable inferd::Mutex mu_;
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;  // started and not yet freed

@@ -1,8 +1,10 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <charconv>
 #include <iterator>
 
+#include "backends/tensor_places.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "core/response_sender.h"
@@ -43,6 +45,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.namespacing = options_.model_namespacing;
   // Ensemble steps take the same path as a client's request: validation, then the model.
   lo.load.dispatch = [this](std::unique_ptr<core::InferRequest> r) { Infer(std::move(r)); };
+  lo.load.gpus = options_.gpus;
   lo.load.is_model_ready = [this](const std::string& name, int64_t version) {
     return IsModelReady(name, version);
   };
@@ -262,10 +265,20 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
       return;
     }
   }
-  // No backend takes GPU inputs yet (none reads InputTensor::place), so an input in a CUDA
-  // region is copied to the host once, here; a backend that does will pass its instances' GPU
-  // as Attach's `gpu_inputs_on`, and the tensor then keeps its GPU place with no copy.
-  absl::Status valid = shared_memory_.Attach(request.get());
+  // Where inputs go (backends/tensor_places.h): an input in a CUDA region, or an ensemble
+  // step's GPU output, stays on its GPU when every instance takes inputs there, and is copied
+  // to the host once, here, otherwise. The response cache hashes input bytes on the CPU, so a
+  // cached model takes host inputs.
+  const bool cached = response_cache_ != nullptr && model.config().response_cache().enable();
+  const std::optional<int> gpu_inputs_on = cached ? std::nullopt : model.gpu_inputs_on();
+  absl::Status valid = shared_memory_.Attach(request.get(), gpu_inputs_on);
+  if (valid.ok()) {
+    for (const auto& in : request->inputs) {
+      if (in.place.OnHost()) continue;
+      valid = backends::PlaceInputsFor(options_.gpus, request.get(), gpu_inputs_on);
+      break;
+    }
+  }
   if (valid.ok()) valid = ValidateRequest(model.config(), request.get());
   if (!valid.ok()) {
     model.stats().RecordFailure(core::NowNs() - request->times.received_ns,
@@ -296,9 +309,35 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
   }
   // As in Triton, only the default and dynamic-batch schedulers cache: a sequence carries
   // state from request to request, which an answer from the cache would skip.
-  if (response_cache_ != nullptr && model.config().response_cache().enable() &&
-      !model.config().has_sequence_batching() && !ServeFromCache(model, request)) {
+  if (cached && !model.config().has_sequence_batching() && !ServeFromCache(model, request)) {
     return;
+  }
+  // Installed last, so it runs first: outputs a GPU instance left on its GPU are copied to the
+  // host before the cache, classification or the frontend read them, except those bound for a
+  // shared-memory region (copied from the GPU into it: device-to-device for a CUDA region)
+  // when nothing before that reads them, and except for a consumer that reads GPU bytes (an
+  // ensemble, unless the cache, classification or the sequence batcher's state reads the
+  // outputs first). Host-only models skip this: one branch.
+  if (cached || classify || model.config().has_sequence_batching()) {
+    request->gpu_outputs_ok = false;
+  }
+  if (model.outputs_may_be_on_gpu() && !request->gpu_outputs_ok) {
+    std::vector<std::string> to_region;
+    if (!cached && !classify) {
+      for (const auto& o : request->outputs) {
+        if (o.shm) to_region.push_back(o.name);
+      }
+    }
+    request->on_complete = [gpus = options_.gpus, to_region = std::move(to_region),
+                            next = std::move(request->on_complete)](
+                               std::unique_ptr<core::InferResponse> response) {
+      if (backends::AnyOutputOnGpu(*response)) {
+        backends::MakeOutputsHostReadable(gpus, response.get(), [&](const core::OutputTensor& o) {
+          return std::find(to_region.begin(), to_region.end(), o.name) != to_region.end();
+        });
+      }
+      next(std::move(response));
+    };
   }
   model.Enqueue(std::move(request));
 }

@@ -42,24 +42,6 @@ std::string_view KindWords(MemoryType kind) {
   return kind == MemoryType::kGpu ? "CUDA shared memory" : "system shared memory";
 }
 
-// Copies `bytes` between two places, waiting for the copy when a GPU is at either end.
-absl::Status CopyPlaced(gpu::Runtime* gpus, void* dst, MemoryPlace dst_place, const void* src,
-                        MemoryPlace src_place, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (dst_place.OnHost() && src_place.OnHost()) {
-    std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
-  }
-  if (gpus == nullptr) return absl::InternalError("a GPU copy without a GPU runtime");
-  // The stream of the GPU end (either, for GPU to GPU); waited for here, so the bytes are in
-  // place before the request goes on (an input) or the client is answered (an output).
-  const int device = dst_place.OnHost() ? src_place.device_id : dst_place.device_id;
-  auto stream = gpus->CreateStream(device);
-  if (!stream.ok()) return stream.status();
-  RETURN_IF_ERROR(gpu::CopyBetween(*gpus, dst, dst_place, src, src_place, bytes, stream->get()));
-  return (*stream)->Synchronize();
-}
-
 }  // namespace
 
 SharedMemoryManager::SharedMemoryManager(gpu::Runtime* gpus) : gpus_(gpus) {}
@@ -232,7 +214,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
       // The model reads host bytes: one device-to-host copy, here at the edge.
       auto host = gpu::PlacedBuffer::Allocate(*gpus_, MemoryPlace::Host(), view->size);
       if (!host.ok()) return host.status();
-      if (absl::Status st = CopyPlaced(gpus_, host->data(), MemoryPlace::Host(), view->data,
+      if (absl::Status st = gpu::CopyNow(gpus_, host->data(), MemoryPlace::Host(), view->data,
                                        view->place, view->size);
           !st.ok()) {
         return absl::InternalError(inferd::StrCat("input '", in.name,
@@ -282,7 +264,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
                 t.view.size));
             break;
           }
-          if (absl::Status st = CopyPlaced(gpus, t.view.data, t.view.place, out.data.data(),
+          if (absl::Status st = gpu::CopyNow(gpus, t.view.data, t.view.place, out.data.data(),
                                            out.place, out.data.size());
               !st.ok()) {
             response->status = absl::InternalError(

@@ -11,8 +11,9 @@
 //
 // Tensors in a CUDA region: an input is copied device-to-host once, at Attach, unless the
 // caller says the model takes GPU inputs on that region's GPU (then the tensor keeps the GPU
-// place and no copy is made); an output is copied into the region (host-to-device) when the
-// request completes.
+// place and no copy is made); an output is copied into the region when the request completes:
+// host-to-device, or device-to-device for an output a GPU instance left on its GPU
+// (OutputTensor::place, backends/tensor_places.h).
 //
 // Thread-safe: one mutex around the name table; requests copy through their own references.
 #pragma once

@@ -17,6 +17,10 @@ which check.sh puts in its summary, and the raw numbers each comes from:
   torch_c16_ratio       (torch_inprocess.py: pinned input, non-blocking copies, one sync).
   gpu_cpu_images_ratio  ResNet-50 ONNX images/s through inferd at concurrency 16, the GPU model
                         over the same model on KIND_CPU (16 cores).
+  cuda_shm_b1_p50_ratio ResNet-50 ONNX on the CUDA provider, batch 1, concurrency 1: p50 with the
+                        input in a CUDA shared-memory region (bound on the GPU, no host copy) /
+                        p50 with the input in the request body (HTTP binary tensor), the same
+                        Python client, 300 requests each after 30 to warm up (issue 30).
   mem_loaded_mib, mem_unloaded_mib   nvidia-smi's memory of inferd's process after loading
                         both GPU ResNet-50 models and after unloading them.
 A step that fails prints why and the others go on; exit status 1 when any failed.
@@ -182,6 +186,60 @@ def inferd_cpu():
         stop(proc)
 
 
+def cuda_shm_p50():
+    sys.path.insert(0, str(HERE))
+    import cuda_ipc
+    import numpy as np
+    if cuda_ipc.available():
+        raise RuntimeError(cuda_ipc.available())
+    proc, port = start_inferd(["resnet50_onnx_gpu"])
+    url = f"http://127.0.0.1:{port}/v2/models/resnet50_onnx_gpu/infer"
+    session = requests.Session()
+    x = np.random.default_rng(3).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    reg = cuda_ipc.DeviceRegion(x.nbytes)
+    try:
+        reg.write(0, x)
+        import base64
+        r = session.post(f"http://127.0.0.1:{port}/v2/cudasharedmemory/region/in/register",
+                         json={"raw_handle": {"b64": base64.b64encode(reg.handle).decode()},
+                               "device_id": 0, "byte_size": x.nbytes}, timeout=30)
+        if r.status_code != 200:
+            raise RuntimeError(f"register: {r.status_code} {r.text}")
+        shm_body = ('{"inputs":[{"name":"input","datatype":"FP32","shape":[1,3,224,224],'
+                    '"parameters":{"shared_memory_region":"in","shared_memory_byte_size":'
+                    f'{x.nbytes}}}}}],"outputs":[{{"name":"output","parameters":'
+                    '{"binary_data":true}}]}').encode()
+        header = ('{"inputs":[{"name":"input","datatype":"FP32","shape":[1,3,224,224],'
+                  f'"parameters":{{"binary_data_size":{x.nbytes}}}}}],"outputs":'
+                  '[{"name":"output","parameters":{"binary_data":true}}]}').encode()
+        body = header + x.tobytes()
+
+        def p50(data, headers):
+            times = []
+            for i in range(330):
+                t0 = time.perf_counter()
+                resp = session.post(url, data=data, headers=headers, timeout=30)
+                t1 = time.perf_counter()
+                if resp.status_code != 200:
+                    raise RuntimeError(f"infer: {resp.status_code} {resp.text[:300]}")
+                if i >= 30:
+                    times.append((t1 - t0) * 1000)
+            return float(np.median(times))
+        in_body = p50(body, {"Inference-Header-Content-Length": str(len(header)),
+                             "Content-Type": "application/octet-stream"})
+        in_region = p50(shm_body, {"Content-Type": "application/json"})
+        in_body_again = p50(body, {"Inference-Header-Content-Length": str(len(header)),
+                                   "Content-Type": "application/octet-stream"})
+        base = min(in_body, in_body_again)
+        print(f"resnet50_onnx_gpu c=1 p50: input in body {in_body:.3f} / {in_body_again:.3f} ms, "
+              f"in CUDA shm {in_region:.3f} ms", flush=True)
+        figure("cuda_shm_b1_p50_ratio", f"{in_region / base:.3f}",
+               f"CUDA shm {in_region:.3f} ms / body {base:.3f} ms (the better of two runs)")
+    finally:
+        reg.free()
+        stop(proc)
+
+
 def ort_inprocess():
     model = MODELS / "resnet50_onnx_gpu" / "1" / "model.onnx"
     env = dict(os.environ, CUDA_EP=EP)
@@ -216,6 +274,7 @@ attempt("inferd on the GPU", inferd_gpu)
 attempt("ONNX Runtime in-process", ort_inprocess)
 attempt("torch in-process", torch_inprocess)
 attempt("inferd on the CPU", inferd_cpu)
+attempt("CUDA shared memory p50", cuda_shm_p50)
 
 r = results
 if "resnet50_onnx_gpu" in r and "ort_b1_p50" in r:

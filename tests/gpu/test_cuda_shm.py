@@ -6,7 +6,10 @@ Self-contained, for a GPU machine (tests/gpu/check.sh runs every tests/gpu/test_
 its own inferd from $INFERD_BIN (default build/inferd) with a model repository it writes into a
 temporary folder (the identity backend, and an ONNX model y = x * 2 + 1 on the CPU and, when the
 CUDA execution provider is installed, on the GPU). Speaks HTTP with `requests` (tritonclient is
-not needed). Skipped where there is no nvidia-smi or no CuPy.
+not needed). Skipped where there is no nvidia-smi, or neither CuPy nor libcudart
+(cuda_ipc.py). The GPU data path: the ONNX model on the CUDA provider takes its input from the
+region on the GPU (no host copy) and must answer what it answers for the same input in the
+request body; with $GPU_MODELS_DIR (make_models.py's), ResNet-50 likewise.
 
     INFERD_BIN=build/inferd python3 -m pytest -q tests/gpu/test_cuda_shm.py
 """
@@ -16,6 +19,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,8 +29,13 @@ import pytest
 
 if shutil.which("nvidia-smi") is None:
     pytest.skip("no nvidia-smi: not a GPU machine", allow_module_level=True)
-cupy = pytest.importorskip("cupy")
 requests = pytest.importorskip("requests")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cuda_ipc  # noqa: E402
+from cuda_ipc import DeviceRegion  # noqa: E402
+
+if cuda_ipc.available():
+    pytest.skip(cuda_ipc.available(), allow_module_level=True)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INFERD_BIN = Path(os.environ.get("INFERD_BIN", REPO_ROOT / "build" / "inferd"))
@@ -46,6 +55,18 @@ max_batch_size: 0
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 16 ] }} ]
 output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 16 ] }} ]
 instance_group [ {{ kind: {kind} count: 1 }} ]
+"""
+
+
+ENSEMBLE_TWICE = """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "affine_gpu" model_version: -1
+    input_map { key: "x" value: "x" } output_map { key: "y" value: "mid" } },
+  { model_name: "affine_gpu" model_version: -1
+    input_map { key: "x" value: "mid" } output_map { key: "y" value: "y" } } ] }
 """
 
 
@@ -86,8 +107,16 @@ def server():
             (repo / name / "1").mkdir(parents=True)
             (repo / name / "config.pbtxt").write_text(onnx_config(kind))
             write_onnx(repo / name / "1" / "model.onnx")
+        # Two GPU steps: the first's output stays on the GPU for the second (no host trip).
+        (repo / "affine_gpu_twice" / "1").mkdir(parents=True)
+        (repo / "affine_gpu_twice" / "config.pbtxt").write_text(ENSEMBLE_TWICE)
     except ImportError:
         have_onnx = False
+    # ResNet-50 on the CUDA provider, when make_models.py's models are here.
+    models_dir = os.environ.get("GPU_MODELS_DIR", "")
+    resnet = Path(models_dir) / "resnet50_onnx_gpu" if models_dir else None
+    if resnet is not None and (resnet / "1" / "model.onnx").exists():
+        shutil.copytree(resnet, repo / "resnet50_onnx_gpu")
     port = free_port()
     log_path = tmp / "inferd.log"
     with open(log_path, "wb") as log:
@@ -125,36 +154,6 @@ def server():
     except subprocess.TimeoutExpired:
         proc.kill()
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-class DeviceRegion:
-    """GPU memory from cudaMalloc (not CuPy's pool: an IPC handle names a whole allocation, and
-    the server maps it from its start), with its IPC handle."""
-
-    def __init__(self, nbytes, device=0):
-        self.device = device
-        with cupy.cuda.Device(device):
-            self.ptr = cupy.cuda.runtime.malloc(nbytes)
-            self.handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(self.ptr))
-        self.nbytes = nbytes
-        assert len(self.handle) == 64
-
-    def write(self, offset, array):
-        host = np.ascontiguousarray(array)
-        with cupy.cuda.Device(self.device):
-            cupy.cuda.runtime.memcpy(self.ptr + offset, host.ctypes.data, host.nbytes,
-                                     cupy.cuda.runtime.memcpyHostToDevice)
-
-    def read(self, offset, count, dtype=np.float32):
-        host = np.empty(count, dtype)
-        with cupy.cuda.Device(self.device):
-            cupy.cuda.runtime.memcpy(host.ctypes.data, self.ptr + offset, host.nbytes,
-                                     cupy.cuda.runtime.memcpyDeviceToHost)
-        return host
-
-    def free(self):
-        with cupy.cuda.Device(self.device):
-            cupy.cuda.runtime.free(self.ptr)
 
 
 @pytest.fixture
@@ -231,6 +230,103 @@ def test_onnx_model_reads_and_writes_the_region(server, region, model):
         np.testing.assert_allclose(reg.read(NBYTES, N), x * 2 + 1, rtol=1e-6)
     finally:
         server.post("/v2/cudasharedmemory/region/onnx_io/unregister")
+
+
+def wait_ready(srv, model, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if srv.get(f"/v2/models/{model}/ready").status_code == 200:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def infer_body(srv, model, inp, out, x, shape):
+    body = {"inputs": [{"name": inp, "datatype": "FP32", "shape": shape,
+                        "data": x.ravel().tolist()}],
+            "outputs": [{"name": out}]}
+    return srv.post(f"/v2/models/{model}/infer", json=body)
+
+
+def test_gpu_model_input_in_region_equals_input_in_body(server, region):
+    # The CUDA provider's instance takes the input from the region where it is (IoBinding, no
+    # host copy); the answer must be the one the same input gives from the request body.
+    if not server.have_onnx:
+        pytest.skip("no onnx package to write the model")
+    if server.get("/v2/models/affine_gpu/ready").status_code != 200:
+        pytest.skip("affine_gpu is not ready here (ONNX Runtime's CUDA provider)")
+    reg = region(2 * NBYTES)
+    assert register(server, "gpu_in", reg).status_code == 200
+    try:
+        x = np.linspace(-3, 5, N, dtype=np.float32)
+        reg.write(0, x)
+        from_region = infer(server, "affine_gpu", "x", "y", shm("gpu_in", 0), {})
+        assert from_region.status_code == 200, from_region.text
+        from_body = infer_body(server, "affine_gpu", "x", "y", x, [N])
+        assert from_body.status_code == 200, from_body.text
+        a = np.array(from_region.json()["outputs"][0]["data"], np.float32)
+        b = np.array(from_body.json()["outputs"][0]["data"], np.float32)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, x * 2 + 1, rtol=1e-6)
+        # Both ends in the region: the output goes back into it.
+        r = infer(server, "affine_gpu", "x", "y", shm("gpu_in", 0), shm("gpu_in", NBYTES))
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(reg.read(NBYTES, N), b)
+    finally:
+        server.post("/v2/cudasharedmemory/region/gpu_in/unregister")
+
+
+def test_ensemble_of_two_gpu_steps(server, region):
+    # affine_gpu's output stays on the GPU (IoBinding to device memory) for the next step,
+    # which binds it where it is; the ensemble's answer comes to the host at the end.
+    if not server.have_onnx:
+        pytest.skip("no onnx package to write the model")
+    if not wait_ready(server, "affine_gpu", 30) or not wait_ready(server, "affine_gpu_twice", 30):
+        pytest.skip("affine_gpu is not ready here (ONNX Runtime's CUDA provider)")
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    r = infer_body(server, "affine_gpu_twice", "x", "y", x, [N])
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()["outputs"][0]["data"], np.float32),
+                               (x * 2 + 1) * 2 + 1, rtol=1e-6)
+    # Input from a CUDA region, output into it.
+    reg = region(2 * NBYTES)
+    assert register(server, "twice", reg).status_code == 200
+    try:
+        reg.write(0, x)
+        r = infer(server, "affine_gpu_twice", "x", "y", shm("twice", 0), shm("twice", NBYTES))
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(reg.read(NBYTES, N), (x * 2 + 1) * 2 + 1, rtol=1e-6)
+    finally:
+        server.post("/v2/cudasharedmemory/region/twice/unregister")
+
+
+def test_resnet50_input_in_region_equals_input_in_body(server, region):
+    if server.post("/v2/repository/index", json={}).status_code != 200 or not any(
+            e["name"] == "resnet50_onnx_gpu"
+            for e in server.post("/v2/repository/index", json={}).json()):
+        pytest.skip("no resnet50_onnx_gpu (set GPU_MODELS_DIR to make_models.py's folder)")
+    if not wait_ready(server, "resnet50_onnx_gpu"):
+        pytest.skip("resnet50_onnx_gpu is not ready here (ONNX Runtime's CUDA provider)")
+    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    reg = region(x.nbytes)
+    assert register(server, "resnet_in", reg).status_code == 200
+    try:
+        reg.write(0, x)
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 224, 224],
+                            "parameters": shm("resnet_in", 0, x.nbytes)}],
+                "outputs": [{"name": "output"}]}
+        from_region = server.post("/v2/models/resnet50_onnx_gpu/infer", json=body)
+        assert from_region.status_code == 200, from_region.text
+        from_body = infer_body(server, "resnet50_onnx_gpu", "input", "output", x, [1, 3, 224, 224])
+        assert from_body.status_code == 200, from_body.text
+        a = np.array(from_region.json()["outputs"][0]["data"], np.float32)
+        b = np.array(from_body.json()["outputs"][0]["data"], np.float32)
+        assert a.shape == (1000,)
+        err = np.linalg.norm(a - b) / np.linalg.norm(b)
+        print(f"resnet50_onnx_gpu: CUDA shm input vs body input relative error {err:.2e}")
+        assert err <= 1e-4, err
+    finally:
+        server.post("/v2/cudasharedmemory/region/resnet_in/unregister")
 
 
 def test_out_of_bounds_and_errors(server, region):

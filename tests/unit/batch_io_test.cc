@@ -9,6 +9,8 @@
 
 #include "backends/backend.h"
 #include "gmock/gmock.h"
+#include "gpu/copy.h"
+#include "gpu/fake_runtime.h"
 #include "gtest/gtest.h"
 
 namespace inferd::backends {
@@ -386,6 +388,30 @@ TEST(BatchOutputResponderTest, SlicesByEachRequestsBatchSize) {
   EXPECT_EQ(b.responses[2]->outputs[0].data.data(), out->data() + 32);
 }
 
+TEST(BatchOutputResponderTest, GpuSourceSlicesCarryTheGpuPlace) {
+  Batch b = ThreeFp32Requests();
+  auto out = std::make_shared<std::string>(BatchOutput());  // stands for GPU 1's memory
+  BatchOutputResponder responder(b.requests, b.responses, true);
+  ASSERT_TRUE(responder
+                  .Respond(nullptr, "Y", DataType::kFp32, {6, 2}, *out, out,
+                           {MemoryPlacement::Kind::kGpu, 1})
+                  .ok());
+  for (const auto* r : b.responses) EXPECT_EQ(r->outputs.at(0).place, MemoryPlace::Gpu(1));
+  EXPECT_EQ(b.responses[2]->outputs[0].data.data(), out->data() + 32);
+  // Host sources stay host.
+  Batch h = ThreeFp32Requests();
+  BatchOutputResponder host(h.requests, h.responses, true);
+  ASSERT_TRUE(host.Respond(nullptr, "Y", DataType::kFp32, {6, 2}, *out, out).ok());
+  EXPECT_EQ(h.responses[0]->outputs.at(0).place, MemoryPlace::Host());
+  // BYTES on a GPU cannot be split (its lengths are in the bytes).
+  Batch y = ThreeFp32Requests();
+  BatchOutputResponder bytes(y.requests, y.responses, true);
+  auto st = bytes.Respond(nullptr, "S", DataType::kBytes, {6}, *out, out,
+                          {MemoryPlacement::Kind::kGpu, 0});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(st.message(), HasSubstr("output 'S'"));
+}
+
 TEST(BatchOutputResponderTest, OnlyRequestsThatAskedGetAnOutput) {
   Batch b = ThreeFp32Requests();
   b.requests[0]->outputs.push_back(Wants("Y"));
@@ -464,6 +490,109 @@ TEST(BytesElementsTest, CountAndOffsets) {
   EXPECT_EQ(*CountBytesElements(""), 0u);
   EXPECT_FALSE(CountBytesElements(buffer.substr(0, 5)).ok());
   EXPECT_FALSE(BytesElementOffsets(std::string("\1\0", 2)).ok());
+}
+
+// ---- Inputs on a GPU (TakeGpuInputs), on the fake device layer ----
+
+// Moves request `r`'s input 0 into fake GPU `device` memory (kept by the request).
+void MoveToGpu(gpu::FakeRuntime& rt, core::InferRequest* r, int device) {
+  core::InputTensor& t = r->inputs[0];
+  auto placed = gpu::CopyToPlaceNow(&rt, t.data, t.place, MemoryPlace::Gpu(device));
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  auto owned = std::make_shared<gpu::PlacedBuffer>(*std::move(placed));
+  t.data = owned->view();
+  t.place = MemoryPlace::Gpu(device);
+  r->holders.push_back(std::move(owned));
+}
+
+struct GpuGather {
+  explicit GpuGather(int device) : rt(gpu::FakeRuntime::WithDevices(2)), device(device) {
+    stream = *rt->CreateStream(device);
+  }
+  void Take(BatchInputCollector& c) {
+    c.TakeGpuInputs(
+        device, &device_buffers,
+        [this](size_t bytes) -> BatchBuffer::Block {
+          auto m = rt->AllocateDevice(this->device, bytes);
+          if (!m.ok()) return {};
+          char* data = static_cast<char*>((*m)->data());
+          return {data, std::shared_ptr<gpu::DeviceBuffer>(*std::move(m))};
+        },
+        [this](void* dst, const void* src, MemoryPlace place, size_t bytes) {
+          return gpu::CopyBetween(*rt, dst, MemoryPlace::Gpu(this->device), src, place, bytes,
+                                  stream.get());
+        });
+  }
+  std::unique_ptr<gpu::FakeRuntime> rt;
+  int device;
+  std::unique_ptr<gpu::Stream> stream;
+  std::vector<BatchBuffer> device_buffers;
+};
+
+TEST(BatchInputCollectorGpuTest, LoneRequestOnTheGpuIsBoundWhereItIs) {
+  GpuGather g(1);
+  Batch b;
+  auto* r = b.Add(MakeRequest("a", 2));
+  AddInput(r, "X", DataType::kFp32, {2, 2}, Fp32Bytes({1, 2, 3, 4}));
+  MoveToGpu(*g.rt, r, 1);
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector collector(b.requests, true, &buffers);
+  g.Take(collector);
+  auto batch = collector.Gather(InputConfig("X"));
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->place, MemoryPlace::Gpu(1));
+  EXPECT_EQ(batch->data.data(), r->inputs[0].data.data());  // no copy
+  EXPECT_EQ(g.rt->CopyCount(gpu::CopyKind::kDeviceToDevice), 0);
+  EXPECT_TRUE(g.device_buffers.empty());
+}
+
+TEST(BatchInputCollectorGpuTest, MixedBatchIsGatheredOnTheGpuOneCopyPerRequest) {
+  GpuGather g(0);
+  Batch b = ThreeFp32Requests();
+  MoveToGpu(*g.rt, b.requests[0], 0);
+  MoveToGpu(*g.rt, b.requests[2], 0);
+  const int h2d_before = g.rt->CopyCount(gpu::CopyKind::kHostToDevice);
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector collector(b.requests, true, &buffers);
+  g.Take(collector);
+  auto batch = collector.Gather(InputConfig("X"));
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->place, MemoryPlace::Gpu(0));
+  EXPECT_THAT(batch->shape, ElementsAre(6, 2));
+  EXPECT_EQ(g.rt->CopyCount(gpu::CopyKind::kDeviceToDevice), 2);
+  EXPECT_EQ(g.rt->CopyCount(gpu::CopyKind::kHostToDevice) - h2d_before, 1);
+  EXPECT_THAT(Floats(batch->data), ElementsAre(0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5));
+  EXPECT_TRUE(buffers.empty());  // the host buffers are not used
+  ASSERT_EQ(g.device_buffers.size(), 1u);
+}
+
+TEST(BatchInputCollectorGpuTest, HostOnlyBatchIsGatheredOnTheHostAsBefore) {
+  GpuGather g(0);
+  Batch b = ThreeFp32Requests();
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector collector(b.requests, true, &buffers);
+  g.Take(collector);
+  auto batch = collector.Gather(InputConfig("X"));
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->place, MemoryPlace::Host());
+  EXPECT_EQ(buffers.size(), 1u);
+  EXPECT_TRUE(g.device_buffers.empty());
+}
+
+TEST(BatchInputCollectorGpuTest, TensorOnAGpuTheInstanceDoesNotReadIsRefused) {
+  GpuGather g(0);
+  Batch b;
+  auto* r = b.Add(MakeRequest("a", 1));
+  AddInput(r, "X", DataType::kFp32, {1, 2}, Fp32Bytes({1, 2}));
+  MoveToGpu(*g.rt, r, 1);
+  std::vector<BatchBuffer> buffers;
+  BatchInputCollector host_only(b.requests, true, &buffers);
+  auto batch = host_only.Gather(InputConfig("X"));
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(batch.status().message(), HasSubstr("input 'X' of request 'a' (1 of 1) is on GPU 1"));
+  BatchInputCollector other_gpu(b.requests, true, &buffers);
+  g.Take(other_gpu);
+  EXPECT_EQ(other_gpu.Gather(InputConfig("X")).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

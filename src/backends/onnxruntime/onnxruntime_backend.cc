@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "backends/onnxruntime/session_settings.h"
 #include "backends/onnxruntime/thread_reuse.h"
 #include "common/logging.h"
+#include "gpu/copy.h"
+#include "gpu/runtime.h"
 #include "onnxruntime_cxx_api.h"
 #include "onnxruntime_run_options_config_keys.h"
 #include "onnxruntime_session_options_config_keys.h"
@@ -166,11 +169,24 @@ absl::Status ApplySettings(const SessionSettings& s, Ort::SessionOptions* option
   return absl::OkStatus();
 }
 
+// A GPU instance's means to read inputs on its GPU (ModelInstance::GpuInputsOn): the CUDA
+// provider's device memory description, under which ONNX Runtime takes a tensor in that GPU's
+// memory as it is, and a stream of the instance's own for the gathers.
+struct GpuInputs {
+  int device = 0;
+  Ort::ConstMemoryInfo memory{nullptr};  // the provider's, lives as long as the process
+  std::unique_ptr<gpu::Stream> stream;
+};
+
 class OrtInstance : public ModelInstance {
  public:
   OrtInstance(const config::ModelConfig* config, std::shared_ptr<Ort::Session> session,
-              SessionSettings settings, bool gpu)
-      : config_(config), session_(std::move(session)), settings_(std::move(settings)), gpu_(gpu) {
+              SessionSettings settings, bool gpu, std::unique_ptr<GpuInputs> gpu_inputs = nullptr)
+      : config_(config),
+        session_(std::move(session)),
+        settings_(std::move(settings)),
+        gpu_(gpu),
+        gpu_inputs_(std::move(gpu_inputs)) {
     if (!settings_.arena_shrinkage.empty()) {
       run_options_.AddConfigEntry(kOrtRunOptionsConfigEnableMemoryArenaShrinkage,
                                   settings_.arena_shrinkage.c_str());
@@ -181,6 +197,18 @@ class OrtInstance : public ModelInstance {
   // Session::Run is thread-safe and a CPU session keeps nothing per thread; a CUDA-bound one
   // stays on its instance thread (its stream and current device).
   bool RunsOnAnyThread() const override { return !gpu_; }
+
+  // A CUDA-bound instance reads inputs on its GPU: a tensor there is bound through IoBinding
+  // with the provider's device memory description, where ONNX Runtime would otherwise be
+  // handed host bytes and copy them up itself.
+  std::optional<int> GpuInputsOn() const override {
+    if (gpu_inputs_ == nullptr) return std::nullopt;
+    return gpu_inputs_->device;
+  }
+
+  // OutputsMayBeOnGpu stays false: outputs stay on the GPU (bound there through IoBinding, all
+  // but BYTES) only for a batch whose every request's consumer reads GPU bytes (an ensemble's
+  // step: InferRequest::gpu_outputs_ok); every other batch gets host outputs.
 
   int ThreadCount() const override {
     return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
@@ -217,16 +245,47 @@ class OrtInstance : public ModelInstance {
                    std::span<core::InferResponse* const> responses, ExecutionTimes* times) {
     const bool batching = config_->max_batch_size() > 0;
     BatchInputCollector collector(requests, batching, &batch_buffers_);
+    if (gpu_inputs_ != nullptr) {
+      // Inputs on this GPU are gathered there: one copy per request on the instance's stream,
+      // or none for a lone request.
+      collector.TakeGpuInputs(
+          gpu_inputs_->device, &device_batch_buffers_,
+          [device = gpu_inputs_->device](size_t bytes) -> BatchBuffer::Block {
+            auto memory = gpu::SystemRuntime().AllocateDevice(device, bytes);
+            if (!memory.ok()) return {};
+            char* data = static_cast<char*>((*memory)->data());
+            return {data, std::shared_ptr<gpu::DeviceBuffer>(*std::move(memory))};
+          },
+          [this](void* dst, const void* src, MemoryPlace src_place, size_t bytes) {
+            return gpu::CopyBetween(gpu::SystemRuntime(), dst, MemoryPlace::Gpu(gpu_inputs_->device),
+                                    src, src_place, bytes, gpu_inputs_->stream.get());
+          });
+    }
     std::vector<Ort::Value> inputs;
     std::vector<const char*> input_names;
+    bool on_gpu = false;  // some input is in GPU memory: bound through IoBinding
     for (const auto& in_cfg : config_->input()) {
       auto batch = collector.Gather(in_cfg);
       if (absl::IsNotFound(batch.status())) continue;  // optional input left out
       if (!batch.ok()) return batch.status();
       input_names.push_back(in_cfg.name().c_str());
+      if (!batch->place.OnHost()) {
+        on_gpu = true;
+        inputs.push_back(Ort::Value::CreateTensor(
+            gpu_inputs_->memory, const_cast<char*>(batch->data.data()), batch->data.size(),
+            batch->shape.data(), batch->shape.size(), ToOrt(batch->datatype)));
+        continue;
+      }
       auto value = ToOrtValue(*batch);
       if (!value.ok()) return value.status();
       inputs.push_back(*std::move(value));
+    }
+    if (on_gpu) {
+      // The gathers must be in place before the provider's own stream reads them.
+      if (absl::Status st = gpu_inputs_->stream->Synchronize(); !st.ok()) {
+        return absl::InternalError(
+            inferd::StrCat("gathering inputs on GPU ", gpu_inputs_->device, ": ", st.message()));
+      }
     }
 
     // Ask only for outputs some request wants.
@@ -238,8 +297,20 @@ class OrtInstance : public ModelInstance {
       wanted.push_back(o);
       names.push_back(output_names_[o].c_str());
     }
+    // Outputs stay on the GPU when every request's consumer reads GPU bytes.
+    bool outputs_on_gpu = gpu_inputs_ != nullptr;
+    for (const auto* r : requests) outputs_on_gpu &= r->gpu_outputs_ok;
+    std::vector<bool> output_on_gpu(names.size(), false);
+    if (outputs_on_gpu) {
+      for (size_t k = 0; k < names.size(); ++k) {
+        output_on_gpu[k] =
+            config_->output(static_cast<int>(wanted[k])).data_type() != inference::TYPE_STRING;
+      }
+    }
     times->input_end_ns = core::NowNs();
-    std::vector<Ort::Value> outputs = RunSession(input_names, inputs, names);
+    std::vector<Ort::Value> outputs =
+        on_gpu || outputs_on_gpu ? RunBound(input_names, inputs, names, output_on_gpu)
+                                 : RunSession(input_names, inputs, names);
     times->output_start_ns = core::NowNs();
 
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -263,8 +334,10 @@ class OrtInstance : public ModelInstance {
         data = std::string_view(static_cast<const char*>(holder->value.GetTensorRawData()),
                                 info.GetElementCount() * DataTypeSize(dtype));
       }
+      MemoryPlacement source;
+      if (output_on_gpu[k]) source = {MemoryPlacement::Kind::kGpu, gpu_inputs_->device};
       auto st = responder.Respond(&config_->output(static_cast<int>(wanted[k])), names[k], dtype,
-                                  info.GetShape(), data, holder);
+                                  info.GetShape(), data, holder, source);
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
@@ -289,11 +362,46 @@ class OrtInstance : public ModelInstance {
     return v;
   }
 
-  // Session::Run with the cancellation seam: CancelExecution may set the terminate flag only
-  // while this runs; the flag is sticky on the RunOptions, so it is cleared before the next.
+  // Session::Run through an IoBinding, for a batch with inputs in GPU memory or outputs to
+  // leave there: each input bound where it is (ONNX Runtime copies a host one up itself), each
+  // output bound to the GPU's memory where `on_gpu[k]`, else to host memory. ONNX Runtime
+  // waits for the provider's stream at the end of the run (RunOptions'
+  // disable_synchronize_execution_providers is left off), so GPU outputs are complete when
+  // this returns.
+  std::vector<Ort::Value> RunBound(const std::vector<const char*>& input_names,
+                                   const std::vector<Ort::Value>& inputs,
+                                   const std::vector<const char*>& output_names,
+                                   const std::vector<bool>& on_gpu) {
+    Ort::IoBinding binding(*session_);
+    for (size_t i = 0; i < inputs.size(); ++i) binding.BindInput(input_names[i], inputs[i]);
+    for (size_t k = 0; k < output_names.size(); ++k) {
+      if (on_gpu[k]) {
+        binding.BindOutput(output_names[k], gpu_inputs_->memory);
+      } else {
+        binding.BindOutput(output_names[k], memory_info_);
+      }
+    }
+    RunGuarded([&] { session_->Run(run_options_, binding); });
+    return binding.GetOutputValues();
+  }
+
+  // Session::Run with the cancellation seam.
   std::vector<Ort::Value> RunSession(const std::vector<const char*>& input_names,
                                      const std::vector<Ort::Value>& inputs,
                                      const std::vector<const char*>& output_names) {
+    std::vector<Ort::Value> outputs;
+    RunGuarded([&] {
+      outputs = session_->Run(run_options_, input_names.data(), inputs.data(), inputs.size(),
+                              output_names.data(), output_names.size());
+    });
+    return outputs;
+  }
+
+  // Runs `run` (a Session::Run) with the cancellation seam: CancelExecution may set the
+  // terminate flag only while this runs; the flag is sticky on the RunOptions, so it is
+  // cleared before the next.
+  template <typename F>
+  void RunGuarded(F run) {
     {
       inferd::MutexLock lock(&terminate_mu_);
       running_ = true;
@@ -307,8 +415,7 @@ class OrtInstance : public ModelInstance {
         self->terminated_ = false;
       }
     } unset{this};
-    return session_->Run(run_options_, input_names.data(), inputs.data(), inputs.size(),
-                         output_names.data(), output_names.size());
+    run();
   }
 
   const config::ModelConfig* config_;
@@ -326,6 +433,9 @@ class OrtInstance : public ModelInstance {
   // on one thread at a time, and ONNX Runtime does not keep inputs past Run). They grow to the
   // largest batch seen, at most max_batch_size requests' worth.
   std::vector<BatchBuffer> batch_buffers_;
+  // GPU instances: inputs on the GPU, and their batch buffers there (as batch_buffers_).
+  std::unique_ptr<GpuInputs> gpu_inputs_;
+  std::vector<BatchBuffer> device_batch_buffers_;
 };
 
 // Triton's rules for a tensor from the model file into the config.
@@ -551,7 +661,7 @@ class OnnxRuntimeBackend : public Backend {
     }
     auto cuda_options = ort::CudaProviderOptions(*spec.config, device.id);
     if (!cuda_options.ok()) return cuda_options.status();
-    return Create(spec, index, &*cuda_options, &ep.devices[device.id]);
+    return Create(spec, index, &*cuda_options, &ep.devices[device.id], device.id);
   }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
@@ -564,7 +674,7 @@ class OnnxRuntimeBackend : public Backend {
   absl::StatusOr<std::unique_ptr<ModelInstance>> Create(
       const ModelSpec& spec, int index,
       const std::vector<std::pair<std::string, std::string>>* cuda_options,
-      const Ort::ConstEpDevice* ep_device) {
+      const Ort::ConstEpDevice* ep_device, int gpu_device = 0) {
     const bool gpu = ep_device != nullptr;
     if (auto st = CheckConfigSupport(spec, name(), gpu ? kGpuConfigSupport : kConfigSupport, index);
         !st.ok()) {
@@ -616,8 +726,10 @@ class OnnxRuntimeBackend : public Backend {
                << (gpu ? inferd::StrCat("; CUDA execution provider:", cuda_described) : "");
       auto status = CheckIo(*spec.config, *session);
       if (!status.ok()) return status;
-      return std::unique_ptr<ModelInstance>(
-          new OrtInstance(spec.config, std::move(session), *std::move(settings), gpu));
+      std::unique_ptr<GpuInputs> gpu_inputs;
+      if (gpu) gpu_inputs = GpuInputsFor(spec, index, *ep_device, gpu_device);
+      return std::unique_ptr<ModelInstance>(new OrtInstance(
+          spec.config, std::move(session), *std::move(settings), gpu, std::move(gpu_inputs)));
     } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return absl::InvalidArgumentError(inferd::StrCat("onnxruntime: failed to load '",
                                                      spec.model_path, "': ", e.what()));
@@ -625,6 +737,27 @@ class OnnxRuntimeBackend : public Backend {
   }
 
   int default_max_batch_size_ = 4;  // written by Configure before any load, then read-only
+
+  // What a GPU instance needs to read inputs on `device`, or null (it then takes host inputs,
+  // as before, and logs why): the provider's device memory description and a stream.
+  static std::unique_ptr<GpuInputs> GpuInputsFor(const ModelSpec& spec, int index,
+                                                 const Ort::ConstEpDevice& ep_device, int device) {
+    auto out = std::make_unique<GpuInputs>();
+    out->device = device;
+    out->memory = ep_device.GetMemoryInfo(OrtDeviceMemoryType_DEFAULT);
+    std::string why;
+    if (static_cast<const OrtMemoryInfo*>(out->memory) == nullptr) {
+      why = "the CUDA execution provider describes no device memory";
+    } else if (auto stream = gpu::SystemRuntime().CreateStream(device); !stream.ok()) {
+      why = std::string(stream.status().message());
+    } else {
+      out->stream = *std::move(stream);
+      return out;
+    }
+    LOG_WARNING << "onnxruntime: model '" << spec.config->name() << "' instance " << index
+                << " on GPU " << device << " takes inputs in host memory only: " << why;
+    return nullptr;
+  }
 
   // Every config input and output must exist in the model file with the same data type and a
   // shape the file allows (Triton's onnxruntime backend: ValidateInputs / ValidateOutputs). The
