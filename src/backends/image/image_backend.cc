@@ -248,50 +248,17 @@ class ImageInstance : public ModelInstance {
 
     std::shared_ptr<gpu::DeviceBuffer> kept_output;  // output_on_gpu: the responses' buffer
     const absl::Status status = [&]() -> absl::Status {
-      gpu::Runtime& rt = *gpu_->runtime;
-      gpu::Stream& stream = *gpu_->stream;
-      RETURN_IF_ERROR(Reserve(&gpu_->pixels_staging, pixel_bytes,
-                              [&](size_t n) { return rt.AllocatePinned(n); }));
-      RETURN_IF_ERROR(Reserve(&gpu_->pixels, pixel_bytes,
-                              [&](size_t n) { return rt.AllocateDevice(gpu_->device, n); }));
-      char* staging = static_cast<char*>(gpu_->pixels_staging->data());
-      for (size_t k = 0; k < items.size(); ++k) {
-        if (image_counts[items[k].request] == 0) continue;
-        std::memcpy(staging + pixel_offset[k], items[k].decoded.pixels.data(),
-                    items[k].decoded.pixels.size());
+      try {
+        return QueueOnStream(items, image_counts, output_offset, output_bytes, pixel_offset,
+                             pixel_bytes, &kept_output);
+      } catch (...) {
+        // Wait for what was queued before the exception leaves (FailBatchOnException answers
+        // it): nothing may still use a staging buffer once Execute returns.
+        (void)gpu_->stream->Synchronize();
+        throw;
       }
-      RETURN_IF_ERROR(rt.CopyAsync(gpu_->pixels->data(), staging, pixel_bytes,
-                                   gpu::CopyKind::kHostToDevice, stream));
-      char* device_out;
-      if (settings_.output_on_gpu) {
-        auto fresh = rt.AllocateDevice(gpu_->device, output_bytes);
-        if (!fresh.ok()) return fresh.status();
-        kept_output = *std::move(fresh);
-        device_out = static_cast<char*>(kept_output->data());
-      } else {
-        RETURN_IF_ERROR(Reserve(&gpu_->output, output_bytes,
-                                [&](size_t n) { return rt.AllocateDevice(gpu_->device, n); }));
-        device_out = static_cast<char*>(gpu_->output->data());
-      }
-      const auto* device_pixels = static_cast<const uint8_t*>(gpu_->pixels->data());
-      for (size_t k = 0; k < items.size(); ++k) {
-        const Item& item = items[k];
-        if (image_counts[item.request] == 0) continue;
-        const auto params =
-            image::MathParamsFor(item.decoded.width, item.decoded.height, settings_);
-        RETURN_IF_ERROR(gpu_->launch(device_pixels + pixel_offset[k], params,
-                                     device_out + output_offset[item.request] +
-                                         static_cast<size_t>(item.index) * ItemBytes(),
-                                     stream));
-      }
-      if (!settings_.output_on_gpu) {
-        RETURN_IF_ERROR(Reserve(&gpu_->output_staging, output_bytes,
-                                [&](size_t n) { return rt.AllocatePinned(n); }));
-        RETURN_IF_ERROR(rt.CopyAsync(gpu_->output_staging->data(), device_out, output_bytes,
-                                     gpu::CopyKind::kDeviceToHost, stream));
-      }
-      return stream.Synchronize();
     }();
+
     if (!status.ok()) {
       // Nothing queued may still read or write a buffer once this returns (the next batch
       // reuses them); the requests that were to be answered get the device's error.
@@ -323,6 +290,60 @@ class ImageInstance : public ModelInstance {
       responses[r]->outputs.push_back(
           MakeOutput(image_counts[r], data, std::move(host), MemoryPlace::Host()));
     }
+  }
+
+  // RunOnGpu's device part: stages and uploads the pixels, queues the kernels and the copy
+  // back, and waits for the stream. `kept_output` gets the batch's output buffer when it stays
+  // on the GPU.
+  absl::Status QueueOnStream(const std::vector<Item>& items,
+                             const std::vector<size_t>& image_counts,
+                             const std::vector<size_t>& output_offset, size_t output_bytes,
+                             const std::vector<size_t>& pixel_offset, size_t pixel_bytes,
+                             std::shared_ptr<gpu::DeviceBuffer>* kept) {
+    std::shared_ptr<gpu::DeviceBuffer>& kept_output = *kept;
+    gpu::Runtime& rt = *gpu_->runtime;
+    gpu::Stream& stream = *gpu_->stream;
+    RETURN_IF_ERROR(Reserve(&gpu_->pixels_staging, pixel_bytes,
+                            [&](size_t n) { return rt.AllocatePinned(n); }));
+    RETURN_IF_ERROR(Reserve(&gpu_->pixels, pixel_bytes,
+                            [&](size_t n) { return rt.AllocateDevice(gpu_->device, n); }));
+    char* staging = static_cast<char*>(gpu_->pixels_staging->data());
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (image_counts[items[k].request] == 0) continue;
+      std::memcpy(staging + pixel_offset[k], items[k].decoded.pixels.data(),
+                  items[k].decoded.pixels.size());
+    }
+    RETURN_IF_ERROR(rt.CopyAsync(gpu_->pixels->data(), staging, pixel_bytes,
+                                 gpu::CopyKind::kHostToDevice, stream));
+    char* device_out;
+    if (settings_.output_on_gpu) {
+      auto fresh = rt.AllocateDevice(gpu_->device, output_bytes);
+      if (!fresh.ok()) return fresh.status();
+      kept_output = *std::move(fresh);
+      device_out = static_cast<char*>(kept_output->data());
+    } else {
+      RETURN_IF_ERROR(Reserve(&gpu_->output, output_bytes,
+                              [&](size_t n) { return rt.AllocateDevice(gpu_->device, n); }));
+      device_out = static_cast<char*>(gpu_->output->data());
+    }
+    const auto* device_pixels = static_cast<const uint8_t*>(gpu_->pixels->data());
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Item& item = items[k];
+      if (image_counts[item.request] == 0) continue;
+      const auto params =
+          image::MathParamsFor(item.decoded.width, item.decoded.height, settings_);
+      RETURN_IF_ERROR(gpu_->launch(device_pixels + pixel_offset[k], params,
+                                   device_out + output_offset[item.request] +
+                                       static_cast<size_t>(item.index) * ItemBytes(),
+                                   stream));
+    }
+    if (!settings_.output_on_gpu) {
+      RETURN_IF_ERROR(Reserve(&gpu_->output_staging, output_bytes,
+                              [&](size_t n) { return rt.AllocatePinned(n); }));
+      RETURN_IF_ERROR(rt.CopyAsync(gpu_->output_staging->data(), device_out, output_bytes,
+                                   gpu::CopyKind::kDeviceToHost, stream));
+    }
+    return stream.Synchronize();
   }
 
   // Decodes item->bytes into item->decoded, or sets item->status ("image <i>: ...").
