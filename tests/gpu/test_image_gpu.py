@@ -81,7 +81,9 @@ def server(models, tmp_path):  # noqa: F811
     started = []
 
     def start(names):
-        srv = Server(models, names, tmp_path / f"s{len(started)}")
+        where = tmp_path / f"s{len(started)}"
+        where.mkdir()
+        srv = Server(models, names, where)
         started.append(srv)
         for n in names:
             srv.wait_ready(n)
