@@ -113,15 +113,18 @@ step_kernel_tests() {
     { echo "KernelEqualsCpuBitForBit did not run on the GPU (skipped?)"; return 1; }
 }
 
-# compute-sanitizer (the CUDA toolkit's: \$CUDA_HOME/bin, /usr/local/cuda/bin or PATH) on the
+# compute-sanitizer (the CUDA toolkit's: \$CUDA_HOME/bin, /usr/local/cuda/bin, PATH, or pip's
+# nvidia-cuda-sanitizer-api; SKIP where there is none: it is not in the bundle) on the
 # kernel's GPU tests: memcheck (out-of-bounds and misaligned accesses, API errors) and
 # initcheck (reads of device memory nothing wrote).
 step_kernel_sanitizer() {
   [[ "$HAVE_GPU" == 1 ]] || { echo "no GPU"; return 77; }
   local t="$WORK/bundle/exe/image_preprocess_math_test" cs=""
   [[ -x "$t" ]] || { echo "no $t: rebuild the bundle (scripts/gpu_bundle.sh)"; return 1; }
+  # The toolkit's, else pip's nvidia-cuda-sanitizer-api in $GPU_PYTHON's environment.
   for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
-           "$(command -v compute-sanitizer 2>/dev/null)"; do
+           "$(command -v compute-sanitizer 2>/dev/null)" \
+           $("$GPU_PYTHON" -c 'import glob, os, nvidia; [print(p) for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "*", "compute-sanitizer", "compute-sanitizer"))]' 2>/dev/null); do
     [[ -n "$c" && -x "$c" ]] && { cs="$c"; break; }
   done
   [[ -n "$cs" ]] || { echo "compute-sanitizer not found (no CUDA toolkit here)"; return 77; }
