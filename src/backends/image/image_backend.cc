@@ -451,10 +451,9 @@ class ImageBackend : public Backend {
 
   static absl::StatusOr<PreprocessSettings> Settings(const ModelSpec& spec, int index) {
     // SettingsFromConfig refuses unknown parameters itself.
-    if (auto st = CheckConfigSupport(spec, "image", {.backend_checks_parameters = true}, index);
-        !st.ok()) {
-      return st;
-    }
+    ConfigSupport support;
+    support.backend_checks_parameters = true;
+    if (auto st = CheckConfigSupport(spec, "image", support, index); !st.ok()) return st;
     return image::SettingsFromConfig(*spec.config);
   }
 
