@@ -7,7 +7,9 @@
 #   scripts/gpu_bundle.sh            # after scripts/setup.sh built ./build
 #
 # The bundle, one xz tarball (inferd-gpu.tar.xz) and MANIFEST.txt:
-#   exe/     inferd, inferd-perf, ort_inprocess built here, stripped
+#   exe/     inferd, inferd-perf, ort_inprocess built here, stripped, and the unit test of the
+#            image preprocessing kernel (image_preprocess_math_test: the kernel against the CPU
+#            path, which check.sh runs there, also under compute-sanitizer)
 #   lib/     the shared libraries they need beyond glibc, libstdc++ and libgcc (Debian 12's
 #            sonames: absl 20220623, protobuf 32, gRPC 1.51, ICU 72, ...: none is on another
 #            distribution under the same name), ONNX Runtime 1.29's CPU core and
@@ -40,7 +42,9 @@ EP_CACHE="$CACHE_DIR/ort-cuda-ep-0.4.9"
 
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 
-for exe in "$BUILD_DIR/inferd" "$BUILD_DIR/tools/perf/inferd-perf" "$BUILD_DIR/ort_inprocess"; do
+KERNEL_TEST="$BUILD_DIR/tests/unit/image_preprocess_math_test"
+for exe in "$BUILD_DIR/inferd" "$BUILD_DIR/tools/perf/inferd-perf" "$BUILD_DIR/ort_inprocess" \
+    "$KERNEL_TEST"; do
   [[ -x "$exe" ]] || die "$exe is missing: build first (flock /tmp/inferd-build.lock scripts/setup.sh)"
 done
 PB_H="$BUILD_DIR/src/config/model_config.pb.h"
@@ -83,11 +87,12 @@ mkdir -p "$stage/exe" "$stage/lib" "$stage/ep" "$stage/include"
 strip -o "$stage/exe/inferd" "$BUILD_DIR/inferd"
 strip -o "$stage/exe/inferd-perf" "$BUILD_DIR/tools/perf/inferd-perf"
 strip -o "$stage/exe/ort_inprocess" "$BUILD_DIR/ort_inprocess"
+strip -o "$stage/exe/image_preprocess_math_test" "$KERNEL_TEST"
 
 # ---- their shared libraries, less the C/C++ runtime every Linux has (a newer one there runs
 # what Debian 12's glibc 2.36 and GCC 12 built) ----
 system_libs='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec|libnsl|libstdc\+\+|libgcc_s|libatomic)\.'
-ldd "$BUILD_DIR/inferd" "$BUILD_DIR/tools/perf/inferd-perf" "$BUILD_DIR/ort_inprocess" |
+ldd "$BUILD_DIR/inferd" "$BUILD_DIR/tools/perf/inferd-perf" "$BUILD_DIR/ort_inprocess" "$KERNEL_TEST" |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r soname path; do
     [[ "$soname" =~ $system_libs ]] && continue

@@ -30,14 +30,22 @@ __global__ void ImagePreprocessKernel(const uint8_t* __restrict__ pixels,
 }  // namespace
 
 // Declared in image_preprocess_launch.cc.
+// `device` is the stream's: CUDA's current device is per thread, and a launch into a stream of
+// another device than the current one fails, so it is made current first.
 int LaunchImagePreprocessCuda(const uint8_t* device_pixels, const math::PreprocessParams& params,
-                              void* device_out, void* native_stream, const char** error_text) {
+                              void* device_out, int device, void* native_stream,
+                              const char** error_text) {
+  cudaError_t error = cudaSetDevice(device);
+  if (error != cudaSuccess) {
+    *error_text = cudaGetErrorString(error);
+    return static_cast<int>(error);
+  }
   const int64_t total = math::OutputElements(params);
   const int64_t blocks = (total + kThreadsPerBlock - 1) / kThreadsPerBlock;
   ImagePreprocessKernel<<<static_cast<unsigned int>(blocks), kThreadsPerBlock, 0,
                           static_cast<cudaStream_t>(native_stream)>>>(device_pixels, params,
                                                                      device_out, total);
-  const cudaError_t error = cudaGetLastError();
+  error = cudaGetLastError();
   *error_text = cudaGetErrorString(error);
   return static_cast<int>(error);
 }

@@ -3,8 +3,8 @@
 // CPU path calls, so the output equals the CPU's bit for bit). Decoding stays on the CPU.
 //
 // Built into inferd_gpu_image: the kernel when the build has CUDA (INFERD_WITH_CUDA), else a
-// LaunchImagePreprocess that answers UNIMPLEMENTED. Not yet called by the image backend (see
-// docs/ARCHITECTURE.md, gpu).
+// LaunchImagePreprocess that answers UNIMPLEMENTED. Called by the image backend's GPU instances
+// (backends/image/image_backend.cc).
 #ifndef INFERD_GPU_IMAGE_PREPROCESS_KERNEL_H_
 #define INFERD_GPU_IMAGE_PREPROCESS_KERNEL_H_
 
@@ -28,6 +28,13 @@ bool ImagePreprocessKernelBuilt();
 absl::Status LaunchImagePreprocess(const uint8_t* device_pixels,
                                    const image_math::PreprocessParams& params, void* device_out,
                                    Stream& stream);
+
+// What the kernel computes, as a loop on the host over every output element (each iteration is
+// one kernel thread's body), from host `pixels` to host `out`. For tests with gpu::FakeRuntime,
+// whose device memory is host memory: the image backend's GPU path runs end to end there with
+// this in place of the launch. INVALID_ARGUMENT for the sizes LaunchImagePreprocess refuses.
+absl::Status ImagePreprocessOnHost(const uint8_t* pixels,
+                                   const image_math::PreprocessParams& params, void* out);
 
 }  // namespace inferd::gpu
 

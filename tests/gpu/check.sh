@@ -12,8 +12,11 @@
 # Steps: env (GPU, driver, torch/CUDA, glibc), unpack (the bundle), inferd_starts (the bundled
 # binaries run here: no library missing, --help answers), build_module (the PyTorch module
 # against this machine's LibTorch, CUDA if it has it), models (tests/gpu/make_models.py),
-# module_loads (the built module loads into the bundled inferd and serves a TorchScript model
-# on the CPU), pytest (every tests/gpu/test_*.py), figures (tests/gpu/figures.py).
+# kernel_tests (the image preprocessing kernel against the CPU path, bit for bit: the bundled
+# image_preprocess_math_test), kernel_sanitizer (the same under compute-sanitizer's memcheck
+# and initcheck), module_loads (the built module loads into the bundled inferd and serves a
+# TorchScript model on the CPU), pytest (every tests/gpu/test_*.py), figures
+# (tests/gpu/figures.py).
 #
 # Without a GPU (here, CI never runs it) it still unpacks, runs the binaries and builds the
 # module; the GPU steps skip. The module's LibTorch can be pointed elsewhere:
@@ -94,6 +97,44 @@ step_inferd_starts() {
   head -3 "$WORK/inferd_help.txt"
   "$INFERD_PERF_BIN" --help >"$WORK/perf_help.txt" 2>&1 || { cat "$WORK/perf_help.txt"; return 1; }
   head -2 "$WORK/perf_help.txt"
+}
+
+# The image preprocessing kernel's unit test (issue 30): on a GPU its KernelEqualsCpuBitForBit
+# must run (not skip) and pass.
+step_kernel_tests() {
+  [[ "$HAVE_GPU" == 1 ]] || { echo "no GPU: the kernel test would skip"; return 77; }
+  local t="$WORK/bundle/exe/image_preprocess_math_test"
+  [[ -x "$t" ]] || { echo "no $t: rebuild the bundle (scripts/gpu_bundle.sh)"; return 1; }
+  LD_LIBRARY_PATH="$INFERD_LIB_PATH" "$t" >"$WORK/kernel_tests.txt" 2>&1
+  local rc=$?
+  cat "$WORK/kernel_tests.txt"
+  (( rc == 0 )) || return "$rc"
+  grep -q '^\[       OK \] ImagePreprocessKernelTest.KernelEqualsCpuBitForBit' "$WORK/kernel_tests.txt" ||
+    { echo "KernelEqualsCpuBitForBit did not run on the GPU (skipped?)"; return 1; }
+}
+
+# compute-sanitizer (the CUDA toolkit's: \$CUDA_HOME/bin, /usr/local/cuda/bin, PATH, or pip's
+# nvidia-cuda-sanitizer-api; SKIP where there is none: it is not in the bundle) on the
+# kernel's GPU tests: memcheck (out-of-bounds and misaligned accesses, API errors) and
+# initcheck (reads of device memory nothing wrote).
+step_kernel_sanitizer() {
+  [[ "$HAVE_GPU" == 1 ]] || { echo "no GPU"; return 77; }
+  local t="$WORK/bundle/exe/image_preprocess_math_test" cs=""
+  [[ -x "$t" ]] || { echo "no $t: rebuild the bundle (scripts/gpu_bundle.sh)"; return 1; }
+  # The toolkit's, else pip's nvidia-cuda-sanitizer-api in $GPU_PYTHON's environment.
+  for c in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
+           "$(command -v compute-sanitizer 2>/dev/null)" \
+           $("$GPU_PYTHON" -c 'import glob, os, nvidia; [print(p) for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "*", "compute-sanitizer", "compute-sanitizer"))]' 2>/dev/null); do
+    [[ -n "$c" && -x "$c" ]] && { cs="$c"; break; }
+  done
+  [[ -n "$cs" ]] || { echo "compute-sanitizer not found (no CUDA toolkit here)"; return 77; }
+  "$cs" --version | tail -1
+  local tool
+  for tool in memcheck initcheck; do
+    echo "--- $tool"
+    LD_LIBRARY_PATH="$INFERD_LIB_PATH" "$cs" --tool "$tool" --error-exitcode 86 \
+      "$t" --gtest_filter='ImagePreprocessKernelTest.*' || return 1
+  done
 }
 
 step_build_module() {
@@ -277,10 +318,11 @@ run_step env 60
 run_step unpack 120 && bundle_ok=1 || bundle_ok=0
 if [[ $bundle_ok == 1 ]]; then
   run_step inferd_starts 60
+  run_step kernel_tests 60
+  run_step kernel_sanitizer 90
   run_step build_module 300
 else
-  record inferd_starts SKIP 0 "no bundle"
-  record build_module SKIP 0 "no bundle"
+  for s in inferd_starts kernel_tests kernel_sanitizer build_module; do record "$s" SKIP 0 "no bundle"; done
 fi
 run_step models 240
 if [[ $bundle_ok == 1 ]]; then

@@ -23,6 +23,11 @@ which check.sh puts in its summary, and the raw numbers each comes from:
                         Python client, 300 requests each after 30 to warm up (issue 30).
   mem_loaded_mib, mem_unloaded_mib   nvidia-smi's memory of inferd's process after loading
                         both GPU ResNet-50 models and after unloading them.
+  image_classifier_gpu_cpu_preprocess_ratio   image_classifier (one 640x480 JPEG in, scores out)
+                        images/s at concurrency 16 with its preprocessing (backend "image",
+                        decode on the CPU either way) on the GPU over on the CPU, the classifier
+                        the same GPU ResNet-50 (make_models.py's image_classifier_{gpu,cpu});
+                        issue 30. Computed last, after the others are printed.
 A step that fails prints why and the others go on; exit status 1 when any failed.
 """
 
@@ -108,13 +113,13 @@ def stop(proc):
         proc.kill()
 
 
-def perf(model, port, concurrency, interval_ms=3000):
+def perf(model, port, concurrency, interval_ms=3000, extra=()):
     """(p50 ms, items/s) from inferd-perf at one concurrency, batch 1."""
     out_csv = WORK / f"perf_{model}_c{concurrency}.csv"
     run([PERF, "-m", model, "-u", f"127.0.0.1:{port}", "-b", "1",
          "--concurrency-range", f"{concurrency}:{concurrency}:1",
          "--measurement-interval", str(interval_ms), "--max-trials", "4",
-         "--warmup-request-count", str(20 * concurrency), "-f", out_csv], timeout=120)
+         "--warmup-request-count", str(20 * concurrency), "-f", out_csv, *extra], timeout=120)
     row = list(csv.DictReader(open(out_csv)))[0]
     return float(row["p50 latency"]) / 1000.0, float(row["Inferences/Second"])
 
@@ -292,4 +297,40 @@ if "resnet50_torch_gpu" in r and "torch_best" in r:
 if "resnet50_onnx_gpu" in r and r.get("resnet50_onnx_cpu"):
     figure("gpu_cpu_images_ratio", f"{r['resnet50_onnx_gpu'][1] / r['resnet50_onnx_cpu']:.1f}",
            f"{r['resnet50_onnx_gpu'][1]:.1f} / {r['resnet50_onnx_cpu']:.1f} images/s at c=16")
+
+
+def image_classifier():
+    """image_classifier images/s, preprocessing on the GPU / on the CPU (same GPU classifier)."""
+    from PIL import Image
+    import json
+    import numpy as np
+
+    rng = np.random.default_rng(30)
+    yy, xx = np.mgrid[0:480, 0:640]
+    pixels = np.stack([xx * 255 // 639, yy * 255 // 479, ((xx + yy) * 3) % 256], -1)
+    pixels = np.clip(pixels + rng.normal(0, 20, pixels.shape), 0, 255).astype(np.uint8)
+    jpeg = WORK / "figure_image.jpg"
+    Image.fromarray(pixels, "RGB").save(jpeg, "JPEG", quality=90)
+    data = jpeg.read_bytes()
+    input_data = WORK / "figure_image.json"
+    input_data.write_text(json.dumps(
+        {"data": [{"IMAGE": {"content": list(data), "shape": [len(data)]}}]}))
+    names = ["resnet50_onnx_gpu", "image_preprocess_gpu", "image_preprocess_cpu",
+             "image_classifier_gpu", "image_classifier_cpu"]
+    proc, port = start_inferd(names)
+    try:
+        rates = {}
+        for name in ("image_classifier_gpu", "image_classifier_cpu"):
+            _, rates[name] = perf(name, port, 16, extra=["--input-data", input_data])
+            print(f"inferd {name}: c=16 {rates[name]:.1f} images/s ({len(data)}-byte 640x480 "
+                  f"JPEG)", flush=True)
+    finally:
+        stop(proc)
+    figure("image_classifier_gpu_cpu_preprocess_ratio",
+           f"{rates['image_classifier_gpu'] / rates['image_classifier_cpu']:.3f}",
+           f"{rates['image_classifier_gpu']:.1f} / {rates['image_classifier_cpu']:.1f} images/s "
+           f"at c=16, preprocessing on the GPU / on the CPU, same GPU ResNet-50")
+
+
+attempt("image_classifier, preprocessing on the GPU and on the CPU", image_classifier)
 sys.exit(1 if failed else 0)

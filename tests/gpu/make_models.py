@@ -11,7 +11,13 @@ writes, each model file once (a second call only rewrites the configs):
                                       INT64 [B,128] -> last_hidden_state FP32 [B,128,256]
 and for each, configs of the same file on the GPU (`<name>_gpu`: KIND_GPU, dynamic batching) and
 on the CPU (`<name>_cpu`: KIND_CPU, dynamic batching), sharing the model file by a hard link
-(inferd refuses a model file that is a symlink leading out of its model folder).
+(inferd refuses a model file that is a symlink leading out of its model folder). And the
+image_classifier ensemble of examples/model_repository with its preprocessing (backend "image",
+no model file) on the GPU or the CPU, the classifier the same GPU ResNet-50 in both:
+  image_preprocess_gpu / _cpu         JPEG/PNG -> [3,224,224] FP32 (the torchvision transform)
+  image_preprocess_gpu_keep           the GPU one with output_on_gpu "true" (the output stays
+                                      on the GPU: for when the server copies at the edge)
+  image_classifier_gpu / _cpu         ensemble: image_preprocess_<x> -> resnet50_onnx_gpu
 Exits 0; prints what it wrote. Importable: generate(root) returns the model names written.
 """
 
@@ -151,7 +157,61 @@ def generate(root):
               [("input_ids", "TYPE_INT64", [SEQ]), ("attention_mask", "TYPE_INT64", [SEQ])],
               [("last_hidden_state", "TYPE_FP32", [SEQ, HIDDEN])])
     written.append("bert_like_onnx")
+    written += _image_models(root)
     return written
+
+
+def _image_models(root):
+    """The image_classifier ensemble with preprocessing on the GPU or the CPU (same settings as
+    examples/model_repository/image_preprocess; both classify on resnet50_onnx_gpu)."""
+    params = "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+        for k, v in (("resize_mode", "shorter_side_center_crop"), ("resize_shorter", "256"),
+                     ("mean", "0.485,0.456,0.406"), ("std", "0.229,0.224,0.225")))
+    # Decoding stays on the CPU either way: two instances keep cores decoding while one
+    # batch is on the GPU; the CPU variant gets as many, each decoding with cores / 2 threads.
+    for variant, group, extra in (
+            ("gpu", "instance_group [ { kind: KIND_GPU count: 2 } ]", ""),
+            ("gpu_keep", "instance_group [ { kind: KIND_GPU count: 2 } ]",
+             'parameters { key: "output_on_gpu" value: { string_value: "true" } }\n'),
+            ("cpu", "instance_group [ { kind: KIND_CPU count: 2 } ]", "")):
+        name = f"image_preprocess_{variant}"
+        _write(os.path.join(root, name, "1", ".keep"), "")
+        _write(os.path.join(root, name, "config.pbtxt"), f"""name: "{name}"
+backend: "image"
+max_batch_size: {MAX_BATCH}
+input [ {{ name: "IMAGE" data_type: TYPE_UINT8 dims: [ -1 ] allow_ragged_batch: true }} ]
+output [ {{ name: "PREPROCESSED" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
+{group}
+dynamic_batching {{ }}
+{params}{extra}""")
+    for variant in ("gpu", "gpu_keep", "cpu"):
+        name = f"image_classifier_{variant}"
+        _write(os.path.join(root, name, "1", ".keep"), "")
+        _write(os.path.join(root, name, "config.pbtxt"), f"""name: "{name}"
+platform: "ensemble"
+max_batch_size: {MAX_BATCH}
+input [ {{ name: "IMAGE" data_type: TYPE_UINT8 dims: [ -1 ] }} ]
+output [ {{ name: "SCORES" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "image_preprocess_{variant}"
+      model_version: -1
+      input_map {{ key: "IMAGE" value: "IMAGE" }}
+      output_map {{ key: "PREPROCESSED" value: "preprocessed_image" }}
+    }},
+    {{
+      model_name: "resnet50_onnx_gpu"
+      model_version: -1
+      input_map {{ key: "input" value: "preprocessed_image" }}
+      output_map {{ key: "output" value: "SCORES" }}
+    }}
+  ]
+}}
+""")
+    return [f"image_{kind}_{v}" for kind in ("preprocess", "classifier")
+            for v in ("gpu", "gpu_keep", "cpu")]
 
 
 if __name__ == "__main__":

@@ -435,3 +435,27 @@ def test_example_repository_model_config(server_factory, tmp_path):
     assert resp.status_code == 200, resp.text
     out = parse_response(resp)[1][out_name]
     check("preprocess", images, out)
+
+
+def test_kind_gpu_without_a_gpu_says_why_and_falls_back(server_factory, tmp_path):
+    """A KIND_GPU image model on this host, which has no GPU: the load fails naming CUDA's
+    reason, as for ONNX Runtime and LibTorch models (tests/integration/test_gpu_placement.py);
+    --gpu-fallback-to-cpu serves it on the CPU, where `output_on_gpu` has no effect. On a GPU
+    host this is tests/gpu/test_image_gpu.py's part instead."""
+    m = dict(MODELS["preprocess"])
+    m["extra"] += params(output_on_gpu="true") + "instance_group [ { kind: KIND_GPU } ]\n"
+    repo = tmp_path / "repo"
+    write_model(repo, "preprocess", **m)
+    srv = server_factory([repo], ["--exit-on-error=false", "--strict-readiness=false"])
+    if "GPUs: none (" not in srv.log():
+        pytest.skip("this host has a GPU")
+    entry = [e for e in srv.post("/v2/repository/index", json={}).json()
+             if e["name"] == "preprocess"][0]
+    assert entry["state"] == "UNAVAILABLE"
+    assert entry["reason"].startswith("instance group preprocess_0 of model preprocess has kind "
+                                      "KIND_GPU but cannot run on a GPU: "), entry["reason"]
+    srv = server_factory([repo], ["--gpu-fallback-to-cpu=true"])
+    srv.wait_until(lambda: srv.get("/v2/models/preprocess/ready").status_code == 200, 30,
+                   "preprocess to be ready")
+    images = [jpeg(640, 480, 92), png(300, 200, 93)]
+    check("preprocess", images, outputs_of(run(srv, "preprocess", images)))

@@ -1,11 +1,14 @@
 // The image backend: decoding (PNG and JPEG encoded here with libpng / libjpeg), the resize
-// arithmetic on hand-computed tiny images, parameter validation messages, and a batch whose
-// bad image fails only its own request.
+// arithmetic on hand-computed tiny images, parameter validation messages, a batch whose
+// bad image fails only its own request, and GPU instances on fake GPUs (gpu::FakeRuntime, the
+// kernel's per-thread maths run on the host in place of the launch): the same bytes as a CPU
+// instance, one upload and one download per batch, outputs left on the GPU when asked.
 #include "backends/image/image_backend.h"
 
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include <jpeglib.h>
 #include <png.h>
@@ -13,6 +16,8 @@
 #include "backends/image_codec/image_decode.h"
 #include "backends/image/image_transform.h"
 #include "gmock/gmock.h"
+#include "gpu/fake_runtime.h"
+#include "gpu/image_preprocess_kernel.h"
 #include "gtest/gtest.h"
 
 namespace inferd::backends::image {
@@ -492,7 +497,9 @@ TEST(ImageSettingsTest, BadParametersNameTheParameterAndValue) {
   EXPECT_EQ(ErrorOf(base + Param("resize", "256")),
             "model 'pre': unknown parameter 'resize' for the image backend (known: "
             "output_height, output_width, resize_mode, resize_shorter, interpolation, mean, std, "
-            "scale, channel_order, layout, max_pixels)");
+            "scale, channel_order, layout, max_pixels, output_on_gpu)");
+  EXPECT_EQ(ErrorOf(base + Param("output_on_gpu", "yes")),
+            "model 'pre': parameter 'output_on_gpu' must be 'true' or 'false', got 'yes'");
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
                     "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 3, 8, 8 ] } ] " +
                     Param("mean", "0.5")),
@@ -654,6 +661,215 @@ TEST(ImageBackendTest, BytesInputAndNonBatchingModel) {
   std::vector<float> values(12);
   std::memcpy(values.data(), out.data.data(), out.data.size());
   for (float v : values) EXPECT_FLOAT_EQ(v, 1.0f);
+}
+
+// --- GPU instances on fake GPUs -------------------------------------------------------------
+
+// The fake's device memory is host memory, so the kernel's body runs on the host in its place
+// (gpu::ImagePreprocessOnHost: the same per-element functions the kernel's threads call). The
+// launches are counted, and the pointers checked to be fake device memory of the stream's GPU.
+struct FakeGpus {
+  std::unique_ptr<gpu::FakeRuntime> runtime = gpu::FakeRuntime::WithDevices(2);
+  int launches = 0;
+  absl::Status fail_launch;  // set: every launch answers it
+  std::unique_ptr<Backend> backend = MakeImageBackend(
+      {.runtime = runtime.get(),
+       .launch = [this](const uint8_t* pixels, const gpu::image_math::PreprocessParams& params,
+                        void* out, gpu::Stream& stream) -> absl::Status {
+         ++launches;
+         if (!fail_launch.ok()) return fail_launch;
+         EXPECT_EQ(stream.device(), 1);
+         return gpu::ImagePreprocessOnHost(pixels, params, out);
+       }});
+
+  std::unique_ptr<ModelInstance> Instance(const config::ModelConfig& cfg, bool on_gpu) {
+    ModelSpec spec;
+    spec.config = &cfg;
+    spec.total_instances = 1;
+    spec.cpu_cores = 2;
+    auto instance = backend->CreateInstanceOn(spec, inference::ModelInstanceGroup(), 0,
+                                              {.gpu = on_gpu, .id = on_gpu ? 1 : 0,
+                                               .name = "pre_0"});
+    EXPECT_TRUE(instance.ok()) << instance.status();
+    return instance.ok() ? *std::move(instance) : nullptr;
+  }
+  uint64_t UsedBytes(int device) const {
+    auto info = runtime->GetMemoryInfo(device);
+    return info->total_bytes - info->free_bytes;
+  }
+};
+
+// The same requests, twice (one Batch each), so that two instances can answer them.
+std::vector<Batch> TwoBatches(const std::vector<std::vector<std::string>>& requests) {
+  std::vector<Batch> batches(2);
+  for (Batch& b : batches) {
+    for (const auto& images : requests) b.AddUint8(images);
+  }
+  return batches;
+}
+
+std::string RandomRgbJpeg(std::mt19937& rng, int width, int height) {
+  std::vector<uint8_t> pixels(static_cast<size_t>(width) * height * 3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& p : pixels) p = static_cast<uint8_t>(byte(rng));
+  return EncodeJpeg(width, height, 3, pixels);
+}
+
+TEST(ImageBackendGpuTest, GpuInstanceAnswersTheCpuInstancesBytes) {
+  std::mt19937 rng(7);
+  // Several sizes (up- and downscaling, odd sizes, a 1-pixel-wide one), PNG and JPEG, gray too.
+  const std::vector<std::vector<std::string>> requests = {
+      {RgbPng(8, 8), RandomRgbJpeg(rng, 37, 21)},
+      {RandomRgbJpeg(rng, 300, 200)},
+      {RgbPng(1, 9), SolidJpeg(16, 16, 200, 100, 50), RandomRgbJpeg(rng, 5, 64)},
+      {EncodePng({.width = 3, .height = 2, .color_type = PNG_COLOR_TYPE_GRAY},
+                 {{0, 128, 255}, {7, 8, 9}})},
+  };
+  const std::string fp32 = "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3, 24, 16 ] } ] ";
+  const std::string u8 = "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 12, 20, 3 ] } ] ";
+  const std::vector<std::string> settings = {
+      fp32,
+      fp32 + Param("mean", "0.485,0.456,0.406") + Param("std", "0.229,0.224,0.225"),
+      fp32 + Param("resize_mode", "shorter_side_center_crop") + Param("resize_shorter", "30") +
+          Param("channel_order", "BGR") + Param("scale", "1") + Param("mean", "100") +
+          Param("std", "3"),
+      fp32 + Param("interpolation", "nearest") + Param("channel_order", "BGR"),
+      u8,
+      u8 + Param("resize_mode", "shorter_side_center_crop") + Param("interpolation", "nearest"),
+  };
+  for (const std::string& setting : settings) {
+    SCOPED_TRACE(setting);
+    const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) + setting);
+    FakeGpus gpus;
+    auto cpu = gpus.Instance(cfg, false);
+    auto gpu = gpus.Instance(cfg, true);
+    ASSERT_NE(cpu, nullptr);
+    ASSERT_NE(gpu, nullptr);
+    std::vector<Batch> b = TwoBatches(requests);
+    b[0].Run(cpu.get());
+    b[1].Run(gpu.get());
+    EXPECT_EQ(gpus.launches, 7);  // one per image
+    // One upload and one download for the whole batch of four requests.
+    EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kHostToDevice), 1);
+    EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 1);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      ASSERT_TRUE(b[0].responses[r]->status.ok()) << b[0].responses[r]->status;
+      ASSERT_TRUE(b[1].responses[r]->status.ok()) << b[1].responses[r]->status;
+      ASSERT_EQ(b[1].responses[r]->outputs.size(), 1u);
+      const core::OutputTensor& want = b[0].responses[r]->outputs[0];
+      const core::OutputTensor& got = b[1].responses[r]->outputs[0];
+      EXPECT_EQ(got.place, MemoryPlace::Host());  // output_on_gpu is off by default
+      EXPECT_EQ(got.name, want.name);
+      EXPECT_EQ(got.datatype, want.datatype);
+      EXPECT_EQ(got.shape, want.shape);
+      ASSERT_EQ(got.data.size(), want.data.size());
+      EXPECT_TRUE(got.data == want.data) << "request " << r << ": the GPU instance's bytes differ";
+    }
+  }
+}
+
+TEST(ImageBackendGpuTest, OutputOnGpuStaysThereUntilTheResponseGoes) {
+  const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) + kFp32Chw +
+                          Param("output_on_gpu", "true") + Param("mean", "0.5"));
+  FakeGpus gpus;
+  auto cpu = gpus.Instance(cfg, false);
+  auto gpu = gpus.Instance(cfg, true);
+  ASSERT_NE(gpu, nullptr);
+  std::mt19937 rng(11);
+  std::vector<Batch> b = TwoBatches({{RandomRgbJpeg(rng, 64, 48)},
+                                     {RgbPng(10, 300), RandomRgbJpeg(rng, 250, 250)}});
+  b[0].Run(cpu.get());
+  const uint64_t before = gpus.UsedBytes(1);
+  b[1].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kHostToDevice), 1);
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 0);  // nothing came back
+  const size_t item = 3 * 224 * 224 * sizeof(float);
+  // The batch's output (3 items) is in GPU 1's memory while the responses hold it.
+  EXPECT_GE(gpus.UsedBytes(1), before + 3 * item);
+  EXPECT_EQ(gpus.UsedBytes(0), 0u);
+  gpu::FakeRuntime& rt = *gpus.runtime;
+  auto stream = rt.CreateStream(1);
+  ASSERT_TRUE(stream.ok());
+  for (size_t r = 0; r < 2; ++r) {
+    const core::OutputTensor& got = b[1].responses[r]->outputs[0];
+    EXPECT_EQ(got.place, MemoryPlace::Gpu(1));
+    EXPECT_EQ(got.shape, b[0].responses[r]->outputs[0].shape);
+    // Device memory: the host reads it only through a copy (the fake refuses a device-to-host
+    // copy whose source is not its device memory).
+    std::string host(got.data.size(), '\0');
+    ASSERT_TRUE(rt.CopyAsync(host.data(), got.data.data(), host.size(),
+                             gpu::CopyKind::kDeviceToHost, **stream)
+                    .ok());
+    EXPECT_TRUE(host == b[0].responses[r]->outputs[0].data) << "request " << r;
+  }
+  const uint64_t held = gpus.UsedBytes(1);
+  b[1].responses.clear();  // the responses' holders free the device buffer
+  EXPECT_EQ(gpus.UsedBytes(1), held - 3 * item);
+}
+
+TEST(ImageBackendGpuTest, BadImageFailsOnlyItsRequestAndLaunchErrorsFailTheBatch) {
+  const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) +
+                          "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 4, 4, 3 ] } ] ");
+  FakeGpus gpus;
+  auto gpu = gpus.Instance(cfg, true);
+  ASSERT_NE(gpu, nullptr);
+  const std::string jpeg = SolidJpeg(16, 16, 200, 100, 50);
+  Batch batch;
+  batch.AddUint8({jpeg, jpeg.substr(0, 300)});  // image 1 truncated
+  batch.AddUint8({jpeg});
+  batch.Run(gpu.get());
+  EXPECT_EQ(batch.responses[0]->status.message(),
+            "image 1: corrupt JPEG: Premature end of JPEG file");
+  EXPECT_TRUE(batch.responses[0]->outputs.empty());
+  ASSERT_TRUE(batch.responses[1]->status.ok()) << batch.responses[1]->status;
+  EXPECT_EQ(gpus.launches, 1);  // the failed request's images are not run
+  const auto& out = batch.responses[1]->outputs[0];
+  EXPECT_EQ(out.shape, (Shape{1, 4, 4, 3}));
+  EXPECT_NEAR(static_cast<uint8_t>(out.data[0]), 200, 2);
+
+  gpus.fail_launch = absl::InternalError("CUDA error 700 (an illegal memory access)");
+  Batch failing;
+  failing.AddUint8({jpeg});
+  failing.AddUint8({std::string("not an image at all")});
+  failing.Run(gpu.get());
+  EXPECT_EQ(failing.responses[0]->status.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(failing.responses[0]->status.message(),
+            "image backend on GPU 1: CUDA error 700 (an illegal memory access)");
+  EXPECT_THAT(std::string(failing.responses[1]->status.message()), StartsWith("image 0: not a"));
+  // The instance goes on after a device error.
+  gpus.fail_launch = absl::OkStatus();
+  Batch again;
+  again.AddUint8({jpeg});
+  again.Run(gpu.get());
+  EXPECT_TRUE(again.responses[0]->status.ok()) << again.responses[0]->status;
+}
+
+TEST(ImageBackendGpuTest, GpuInstancesNeedTheKernelAndAnExistingGpu) {
+  const auto cfg = Config(std::string(kUint8In) + kFp32Chw);
+  FakeGpus gpus;
+  EXPECT_TRUE(gpus.backend->GpuInstanceSupport().ok());
+  ModelSpec spec;
+  spec.config = &cfg;
+  auto missing = gpus.backend->CreateInstanceOn(spec, inference::ModelInstanceGroup(), 0,
+                                                {.gpu = true, .id = 2, .name = "pre_0"});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(missing.status().message(),
+            "model 'pre': instance 'pre_0' on GPU 2: the GPU runtime lists 2 GPU(s)");
+  // The real launch: offered exactly when the build has the kernel (CUDA at configure time).
+  auto system = MakeImageBackend();
+  const absl::Status support = system->GpuInstanceSupport();
+  EXPECT_EQ(support.ok(), gpu::ImagePreprocessKernelBuilt()) << support;
+  if (!support.ok()) {
+    EXPECT_THAT(std::string(support.message()),
+                StartsWith("backend 'image' cannot run on a GPU: this build has no CUDA"));
+  }
+  // A bad parameter is refused on a GPU as on the CPU.
+  const auto bad = Config(std::string(kUint8In) + kFp32Chw + Param("output_on_gpu", "1"));
+  spec.config = &bad;
+  auto refused = gpus.backend->CreateInstanceOn(spec, inference::ModelInstanceGroup(), 0,
+                                                {.gpu = true, .id = 0, .name = "pre_0"});
+  EXPECT_EQ(refused.status().message(),
+            "model 'pre': parameter 'output_on_gpu' must be 'true' or 'false', got '1'");
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ constexpr int64_t kMaxMaxPixels = int64_t{1} << 30;
 
 constexpr std::string_view kKnownParameters[] = {
     "output_height", "output_width", "resize_mode", "resize_shorter", "interpolation", "mean",
-    "std",           "scale",        "channel_order", "layout",      "max_pixels"};
+    "std",           "scale",        "channel_order", "layout",      "max_pixels",
+    "output_on_gpu"};
 
 class ParameterReader {
  public:
@@ -303,6 +304,10 @@ absl::StatusOr<PreprocessSettings> SettingsFromConfig(const config::ModelConfig&
   auto max_pixels = params.Int("max_pixels", 1, kMaxMaxPixels, kDefaultMaxPixels);
   if (!max_pixels.ok()) return max_pixels.status();
   s.max_pixels = *max_pixels;
+  auto on_gpu =
+      params.Choice("output_on_gpu", {"true", "false"}, kOutputOnGpuDefault ? "true" : "false");
+  if (!on_gpu.ok()) return on_gpu.status();
+  s.output_on_gpu = *on_gpu == "true";
 
   if (s.output_type == DataType::kUint8) {
     for (const char* key : {"scale", "mean", "std"}) {

@@ -24,6 +24,13 @@ enum class ChannelOrder { kRGB, kBGR };
 
 inline constexpr int64_t kDefaultMaxPixels = int64_t{64} << 20;  // 64 Mi pixels
 
+// Whether a GPU instance leaves its output on its GPU when the config does not say
+// (`output_on_gpu`). false until every consumer of a tensor takes a GPU place: the frontends
+// and host-only backends read `data` as host bytes, so the edge copy that makes a GPU output
+// host-readable (and the ensemble step that hands a device tensor to a GPU input) must be in
+// the server before this turns true (docs/image_backend.md, "On a GPU").
+inline constexpr bool kOutputOnGpuDefault = false;
+
 struct PreprocessSettings {
   DataType input_type = DataType::kUint8;  // kUint8 (dims [-1]) or kBytes (dims [1])
   DataType output_type = DataType::kFp32;  // kFp32 or kUint8
@@ -41,6 +48,9 @@ struct PreprocessSettings {
   std::array<float, 3> mean = {0.0f, 0.0f, 0.0f};
   std::array<float, 3> std = {1.0f, 1.0f, 1.0f};
   int64_t max_pixels = kDefaultMaxPixels;
+  // GPU instances only: the output stays in the instance's GPU memory (MemoryPlace::Gpu)
+  // instead of being copied to the host before it leaves the backend. No effect on the CPU.
+  bool output_on_gpu = kOutputOnGpuDefault;
 };
 
 // Reads and checks the config: one input (TYPE_UINT8 dims [-1] or TYPE_STRING dims [1]), one
