@@ -9,11 +9,10 @@ unfused, so the preprocessed tensors are compared bit for bit. The classifier's 
 compared within 1e-5 relative (the classifier gets the same input bytes; what may differ is
 cuDNN's choice of algorithm for another batch size), with the same top-1 class.
 
-The `output_on_gpu` variant (image_preprocess_gpu_keep: the output stays on the GPU and the
-ensemble hands it to the GPU classifier without a trip through the host) needs the server's edge
-copy (a GPU output made host-readable for the HTTP answer, a device tensor passed to a GPU
-input); until that is in the binary under test, INFERD_IMAGE_OUTPUT_ON_GPU=1 is not set and those
-cases skip.
+In image_classifier_gpu the preprocessing's output stays on the GPU (an ensemble step's batch)
+and goes to the GPU classifier's input without a trip through the host. The `output_on_gpu`
+variant (image_preprocess_gpu_keep) leaves it on the GPU for clients too: the server copies it to
+the host at its edge for the HTTP answer (backends/tensor_places.h).
 
 Self-contained like test_gpu_instances.py (whose Server it uses): $INFERD_BIN, $GPU_MODELS_DIR,
 skips without a GPU.
@@ -31,8 +30,6 @@ import requests
 from test_gpu_instances import Server, _has_gpu, models  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.skipif(not _has_gpu(), reason="no GPU (nvidia-smi lists none)")
-
-KEEP = os.environ.get("INFERD_IMAGE_OUTPUT_ON_GPU") == "1"
 
 
 def _images():
@@ -96,8 +93,6 @@ def server(models, tmp_path):  # noqa: F811
 
 @pytest.mark.parametrize("gpu_model", ["image_preprocess_gpu", "image_preprocess_gpu_keep"])
 def test_gpu_preprocessing_equals_cpu_bit_for_bit(server, gpu_model, capsys):
-    if gpu_model.endswith("_keep") and not KEEP:
-        pytest.skip("output_on_gpu needs the server's GPU edge copy (INFERD_IMAGE_OUTPUT_ON_GPU=1)")
     srv = server([gpu_model, "image_preprocess_cpu"])
     assert "(GPU device 0)" in srv.log(), srv.log()  # the load line's instance list
     images = _images()
@@ -117,8 +112,6 @@ def test_gpu_preprocessing_equals_cpu_bit_for_bit(server, gpu_model, capsys):
 
 @pytest.mark.parametrize("gpu_model", ["image_classifier_gpu", "image_classifier_gpu_keep"])
 def test_image_classifier_with_gpu_preprocessing_equals_cpu(server, gpu_model, capsys):
-    if gpu_model.endswith("_keep") and not KEEP:
-        pytest.skip("output_on_gpu needs the ensemble's GPU edge (INFERD_IMAGE_OUTPUT_ON_GPU=1)")
     preprocess = gpu_model.replace("classifier", "preprocess")
     srv = server(["resnet50_onnx_gpu", preprocess, "image_preprocess_cpu", gpu_model,
                   "image_classifier_cpu"])

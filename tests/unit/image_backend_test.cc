@@ -807,6 +807,36 @@ TEST(ImageBackendGpuTest, OutputOnGpuStaysThereUntilTheResponseGoes) {
   EXPECT_EQ(gpus.UsedBytes(1), held - 3 * item);
 }
 
+// Without output_on_gpu: a batch of ensemble steps (each InferRequest::gpu_outputs_ok) keeps its
+// output on the GPU for the next step, as ONNX Runtime's instances do; a batch with any other
+// request downloads it once. Only output_on_gpu makes the server copy at its edge.
+TEST(ImageBackendGpuTest, EnsembleStepsKeepTheOutputOnTheGpu) {
+  const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) + kFp32Chw);
+  FakeGpus gpus;
+  auto gpu = gpus.Instance(cfg, true);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_FALSE(gpu->OutputsMayBeOnGpu());
+  std::mt19937 rng(5);
+  std::vector<Batch> b = TwoBatches({{RandomRgbJpeg(rng, 64, 48)}, {RgbPng(10, 30)}});
+  for (auto& r : b[0].requests) r->gpu_outputs_ok = true;
+  b[0].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+  for (const auto& resp : b[0].responses) {
+    ASSERT_TRUE(resp->status.ok()) << resp->status;
+    EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Gpu(1));
+  }
+  b[1].requests[0]->gpu_outputs_ok = true;  // one of two: the batch comes back to the host
+  b[1].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 1);
+  for (const auto& resp : b[1].responses) EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Host());
+
+  const auto keep = Config("max_batch_size: 8 " + std::string(kUint8In) + kFp32Chw +
+                           Param("output_on_gpu", "true"));
+  FakeGpus more;
+  EXPECT_TRUE(more.Instance(keep, true)->OutputsMayBeOnGpu());
+  EXPECT_FALSE(more.Instance(keep, false)->OutputsMayBeOnGpu());
+}
+
 TEST(ImageBackendGpuTest, BadImageFailsOnlyItsRequestAndLaunchErrorsFailTheBatch) {
   const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) +
                           "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 4, 4, 3 ] } ] ");

@@ -94,6 +94,11 @@ class ImageInstance : public ModelInstance {
 
   int ThreadCount() const override { return threads_; }
 
+  // With `output_on_gpu` the output stays on the GPU for every request, and the server copies it
+  // to the host for consumers that read host bytes; without it, only for a batch of ensemble
+  // steps whose next step takes GPU inputs (InferRequest::gpu_outputs_ok), as ONNX Runtime's.
+  bool OutputsMayBeOnGpu() const override { return gpu_ != nullptr && settings_.output_on_gpu; }
+
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
     times->input_end_ns = core::NowNs();
@@ -225,6 +230,13 @@ class ImageInstance : public ModelInstance {
   // final and no copy still reads a staging buffer the next batch reuses.
   void RunOnGpu(std::span<core::InferRequest* const> requests,
                 std::span<core::InferResponse* const> responses) {
+    // The output stays on the GPU when the config says so, or when every request is an
+    // ensemble step whose consumer takes it there.
+    bool keep = settings_.output_on_gpu;
+    if (!keep) {
+      keep = !requests.empty();
+      for (const auto* r : requests) keep &= r->gpu_outputs_ok;
+    }
     std::vector<size_t> image_counts;
     std::vector<Item> items = CollectItems(requests, responses, &image_counts);
     ParallelFor(items.size(), threads_, [&](size_t k) { Decode(&items[k]); });
@@ -250,7 +262,7 @@ class ImageInstance : public ModelInstance {
     const absl::Status status = [&]() -> absl::Status {
       try {
         return QueueOnStream(items, image_counts, output_offset, output_bytes, pixel_offset,
-                             pixel_bytes, &kept_output);
+                             pixel_bytes, keep, &kept_output);
       } catch (...) {
         // Wait for what was queued before the exception leaves (FailBatchOnException answers
         // it): nothing may still use a staging buffer once Execute returns.
@@ -274,7 +286,7 @@ class ImageInstance : public ModelInstance {
     for (size_t r = 0; r < requests.size(); ++r) {
       if (image_counts[r] == 0) continue;
       const size_t bytes = image_counts[r] * ItemBytes();
-      if (settings_.output_on_gpu) {
+      if (keep) {
         std::string_view data(static_cast<const char*>(kept_output->data()) + output_offset[r],
                               bytes);
         responses[r]->outputs.push_back(
@@ -293,13 +305,13 @@ class ImageInstance : public ModelInstance {
   }
 
   // RunOnGpu's device part: stages and uploads the pixels, queues the kernels and the copy
-  // back, and waits for the stream. `kept_output` gets the batch's output buffer when it stays
-  // on the GPU.
+  // back, and waits for the stream. With `keep`, `kept_output` gets the batch's output buffer,
+  // which stays on the GPU.
   absl::Status QueueOnStream(const std::vector<Item>& items,
                              const std::vector<size_t>& image_counts,
                              const std::vector<size_t>& output_offset, size_t output_bytes,
                              const std::vector<size_t>& pixel_offset, size_t pixel_bytes,
-                             std::shared_ptr<gpu::DeviceBuffer>* kept) {
+                             bool keep, std::shared_ptr<gpu::DeviceBuffer>* kept) {
     std::shared_ptr<gpu::DeviceBuffer>& kept_output = *kept;
     gpu::Runtime& rt = *gpu_->runtime;
     gpu::Stream& stream = *gpu_->stream;
@@ -316,7 +328,7 @@ class ImageInstance : public ModelInstance {
     RETURN_IF_ERROR(rt.CopyAsync(gpu_->pixels->data(), staging, pixel_bytes,
                                  gpu::CopyKind::kHostToDevice, stream));
     char* device_out;
-    if (settings_.output_on_gpu) {
+    if (keep) {
       auto fresh = rt.AllocateDevice(gpu_->device, output_bytes);
       if (!fresh.ok()) return fresh.status();
       kept_output = *std::move(fresh);
@@ -337,7 +349,7 @@ class ImageInstance : public ModelInstance {
                                        static_cast<size_t>(item.index) * ItemBytes(),
                                    stream));
     }
-    if (!settings_.output_on_gpu) {
+    if (!keep) {
       RETURN_IF_ERROR(Reserve(&gpu_->output_staging, output_bytes,
                               [&](size_t n) { return rt.AllocatePinned(n); }));
       RETURN_IF_ERROR(rt.CopyAsync(gpu_->output_staging->data(), device_out, output_bytes,

@@ -24,11 +24,11 @@ enum class ChannelOrder { kRGB, kBGR };
 
 inline constexpr int64_t kDefaultMaxPixels = int64_t{64} << 20;  // 64 Mi pixels
 
-// Whether a GPU instance leaves its output on its GPU when the config does not say
-// (`output_on_gpu`). false until every consumer of a tensor takes a GPU place: the frontends
-// and host-only backends read `data` as host bytes, so the edge copy that makes a GPU output
-// host-readable (and the ensemble step that hands a device tensor to a GPU input) must be in
-// the server before this turns true (docs/image_backend.md, "On a GPU").
+// Whether a GPU instance leaves its output on its GPU for every request when the config does
+// not say (`output_on_gpu`). false: a batch of ensemble steps keeps it there anyway
+// (InferRequest::gpu_outputs_ok: the next step, a GPU classifier, reads it in place); a client
+// gets it copied to the host inside the backend, once per batch, which is cheaper than the
+// server's copy at its edge per response (backends/tensor_places.h) that `true` would mean.
 inline constexpr bool kOutputOnGpuDefault = false;
 
 struct PreprocessSettings {
