@@ -300,7 +300,9 @@ class OrtInstance : public ModelInstance {
     // Outputs stay on the GPU when every request's consumer reads GPU bytes.
     bool outputs_on_gpu = gpu_inputs_ != nullptr;
     for (const auto* r : requests) outputs_on_gpu &= r->gpu_outputs_ok;
-    std::vector<bool> output_on_gpu(names.size(), false);
+    // Sized only when some output may stay there: a host batch allocates nothing for it.
+    std::vector<bool> output_on_gpu;
+    if (on_gpu || outputs_on_gpu) output_on_gpu.assign(names.size(), false);
     if (outputs_on_gpu) {
       for (size_t k = 0; k < names.size(); ++k) {
         output_on_gpu[k] =
@@ -335,7 +337,9 @@ class OrtInstance : public ModelInstance {
                                 info.GetElementCount() * DataTypeSize(dtype));
       }
       MemoryPlacement source;
-      if (output_on_gpu[k]) source = {MemoryPlacement::Kind::kGpu, gpu_inputs_->device};
+      if (!output_on_gpu.empty() && output_on_gpu[k]) {
+        source = {MemoryPlacement::Kind::kGpu, gpu_inputs_->device};
+      }
       auto st = responder.Respond(&config_->output(static_cast<int>(wanted[k])), names[k], dtype,
                                   info.GetShape(), data, holder, source);
       if (!st.ok()) return st;
