@@ -344,24 +344,24 @@ class SlowThreeInstance : public backends::ModelInstance {
       batches_->push_back(ids);
       if (ids[0].rfind("hold", 0) == 0) {
         ++held_;
-        auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) {
-          return released_ >= held_;
-        };
+        auto released = [this]() { return released_ >= held_; };
         mu_->Await(absl::Condition(&released));
         return;
       }
     }
     if (ids.size() == 3) absl::SleepFor(absl::Milliseconds(30));
   }
-  // Lets the held run go (caller holds *mu_).
-  void Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) { ++released_; }
-  int held() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) { return held_; }
+  // Lets the held run go. The caller holds *mu_ (the fixture's mutex, which the thread-safety
+  // analysis cannot tell from this pointer to it).
+  void Release() { ++released_; }
+  int held() const { return held_; }
 
  private:
   inferd::Mutex* mu_;
   std::vector<std::vector<std::string>>* batches_;
-  int held_ ABSL_GUARDED_BY(*mu_) = 0;
-  int released_ ABSL_GUARDED_BY(*mu_) = 0;
+  // Guarded by *mu_.
+  int held_ = 0;
+  int released_ = 0;
 };
 
 class LearnedSizesTest : public DynamicBatcherTest {
@@ -395,7 +395,7 @@ class LearnedSizesTest : public DynamicBatcherTest {
     Send("hold" + tag);
     {
       inferd::MutexLock lock(&mu_);
-      auto holding = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return instance_->held() > held; };
+      auto holding = [&]() { return instance_->held() > held; };
       EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&holding), absl::Seconds(10)));
     }
     for (int i = 0; i < n; ++i) Send(tag + "-" + std::to_string(i));
