@@ -93,7 +93,7 @@ absl::StatusOr<DeviceProperties> FakeRuntime::Properties(int device) const {
 
 absl::StatusOr<MemoryInfo> FakeRuntime::GetMemoryInfo(int device) const {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   MemoryInfo info;
   info.total_bytes = devices_[device].total_memory_bytes;
   info.free_bytes = info.total_bytes - used_bytes_[device];
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> FakeRuntime::AllocateDevice(int de
                                                                         size_t bytes) {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     const uint64_t free_bytes = devices_[device].total_memory_bytes - used_bytes_[device];
     if (bytes > free_bytes) {
       return absl::ResourceExhaustedError(inferd::StrCat(
@@ -122,14 +122,14 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> FakeRuntime::AllocateDevice(int de
     used_bytes_[device] += bytes;
   }
   auto buffer = std::make_unique<FakeDeviceBuffer>(this, device, bytes);
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   allocations_.push_back(
       Allocation{static_cast<const char*>(buffer->data()), bytes == 0 ? 1 : bytes, device});
   return buffer;
 }
 
 void FakeRuntime::Release(int device, const void* data, size_t bytes) {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   used_bytes_[device] -= bytes;
   for (size_t i = 0; i < allocations_.size(); ++i) {
     if (allocations_[i].begin == data) {
@@ -172,7 +172,7 @@ absl::StatusOr<void*> FakeRuntime::IpcOpenMemHandle(int device, std::string_view
   int exported_on = -1;
   std::memcpy(&data, handle.data() + 16, sizeof(data));
   std::memcpy(&exported_on, handle.data() + 24, sizeof(exported_on));
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   // As the driver: a handle that names no live allocation (garbage, or freed since) or one on
   // another device is refused.
   if (handle.substr(0, 15) != "inferd-fake-ipc" || DeviceOf(data, 1) != device ||
@@ -186,7 +186,7 @@ absl::StatusOr<void*> FakeRuntime::IpcOpenMemHandle(int device, std::string_view
 
 absl::Status FakeRuntime::IpcCloseMemHandle(int device, void* ptr) {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   for (size_t i = 0; i < open_ipc_.size(); ++i) {
     if (open_ipc_[i] == ptr) {
       open_ipc_.erase(open_ipc_.begin() + i);
@@ -197,12 +197,12 @@ absl::Status FakeRuntime::IpcCloseMemHandle(int device, void* ptr) {
 }
 
 int FakeRuntime::OpenIpcHandles() const {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   return static_cast<int>(open_ipc_.size());
 }
 
 int FakeRuntime::CopyCount(CopyKind kind) const {
-  absl::MutexLock lock(&mu_);
+  inferd::MutexLock lock(&mu_);
   return copies_[static_cast<int>(kind)];
 }
 
@@ -214,7 +214,7 @@ absl::Status FakeRuntime::CopyAsync(void* dst, const void* src, size_t bytes, Co
   }
   if (bytes == 0) return absl::OkStatus();
   {
-    absl::MutexLock lock(&mu_);
+    inferd::MutexLock lock(&mu_);
     const bool dst_on_device = DeviceOf(dst, bytes) >= 0;
     const bool src_on_device = DeviceOf(src, bytes) >= 0;
     const bool want_dst = kind != CopyKind::kDeviceToHost;

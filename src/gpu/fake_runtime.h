@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "gpu/runtime.h"
 
 namespace inferd::gpu {
@@ -66,7 +66,7 @@ class FakeRuntime : public Runtime {
 
   const std::vector<DeviceProperties> devices_;
   const std::string unavailable_reason_;
-  mutable absl::Mutex mu_;
+  mutable inferd::Mutex mu_;
   std::vector<uint64_t> used_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Allocation> allocations_ ABSL_GUARDED_BY(mu_);  // live fake device memory
   int copies_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};             // by CopyKind
