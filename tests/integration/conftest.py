@@ -44,10 +44,19 @@ def pytest_configure(config):
         "markers", "resnet: slow tests with the ResNet-50 example (deselect: -m 'not resnet')")
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, never one this session handed out before: the kernel may
+    give a just-closed ephemeral port again, and a server's HTTP and metrics ports must differ."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 class Server:

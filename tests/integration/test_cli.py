@@ -417,3 +417,23 @@ def test_exit_timeout_secs_bounds_the_wait_for_requests_in_flight(server_factory
             assert rc == 0, srv.log()
             # It was still running at SIGTERM: the server waited for it.
             assert pending.result().status_code == 200
+
+
+def test_a_port_in_use_stops_the_start_naming_it(server_factory, make_repo):
+    # Each HTTP event loop has its own SO_REUSEPORT socket; without a check, another server (or
+    # this one's metrics port given the same number) would join the port and take a share of
+    # its connections silently. Triton fails to bind there, and so does inferd.
+    repo = make_repo({"simple": "simple"})
+    port = free_port()
+    rc, out = run_to_exit([f"--model-repository={repo}", f"--http-port={port}",
+                           f"--metrics-port={port}", "--allow-grpc=false"])
+    assert rc != 0, out
+    assert f"cannot listen on 0.0.0.0:{port}: Address already in use" in out, out
+
+    first = server_factory(repo, ["--allow-grpc=false", "--allow-metrics=false"])
+    rc, out = run_to_exit([f"--model-repository={repo}", f"--http-port={first.port}",
+                           "--http-address=127.0.0.1", "--allow-grpc=false",
+                           "--allow-metrics=false"])
+    assert rc != 0, out
+    assert f":{first.port}: Address already in use" in out, out
+    assert requests.get(f"{first.url}/v2/health/ready", timeout=30).status_code == 200

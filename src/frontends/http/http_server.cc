@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/logging.h"
 #include "common/mutex.h"
@@ -656,6 +657,65 @@ void Responder::Post(std::function<HttpResponse()> make) {
   loop_->Deliver(connection_id_, std::move(make));
 }
 
+namespace {
+
+// A listening TCP socket on `address`:`port` (IPv4 address: IPv4 only; "0.0.0.0" and "::": both
+// families), non-blocking, SO_REUSEADDR, and SO_REUSEPORT where `reuse_port`.
+absl::StatusOr<int> OpenListener(const std::string& address, int port, bool reuse_port) {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  bool v6 = fd >= 0;
+  if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  auto set_reuse = [&](int s) {
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse_port) setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  };
+  set_reuse(fd);
+  sockaddr_storage addr{};
+  socklen_t len;
+  in_addr a4{};
+  if (inet_pton(AF_INET, address.c_str(), &a4) == 1 && address != "0.0.0.0") {
+    if (v6) {
+      ::close(fd);
+      fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      set_reuse(fd);
+    }
+    auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    sin->sin_addr = a4;
+    len = sizeof(sockaddr_in);
+  } else if (v6) {
+    const int zero = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    if (address == "0.0.0.0" || address == "::") {
+      sin6->sin6_addr = in6addr_any;
+    } else if (inet_pton(AF_INET6, address.c_str(), &sin6->sin6_addr) != 1) {
+      ::close(fd);
+      return absl::InvalidArgumentError(inferd::StrCat("invalid --http-address '", address, "'"));
+    }
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    sin->sin_addr.s_addr = htonl(INADDR_ANY);
+    len = sizeof(sockaddr_in);
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 1024) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(
+        inferd::StrCat("cannot listen on ", address, ":", port, ": ", std::strerror(err)));
+  }
+  return fd;
+}
+
+}  // namespace
+
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
     : options_(std::move(options)), handler_(std::move(handler)) {}
 
@@ -670,56 +730,21 @@ absl::Status HttpServer::Start() {
     // Leave descriptors for model files, the gRPC and metrics servers and logs.
     max_connections = static_cast<int>(std::clamp<rlim_t>(lim.rlim_cur, 256, 1 << 20)) - 128;
   }
+  // Every event loop has its own SO_REUSEPORT socket, and the kernel lets any socket with that
+  // option join them on the port: another server (a second inferd, or this one's metrics port
+  // given the HTTP port's number) would then take a share of the connections silently. A probe
+  // bound without the option first fails on a port anything listens on, as Triton's bind does.
+  if (port != 0) {
+    absl::StatusOr<int> probe = OpenListener(options_.address, port, /*reuse_port=*/false);
+    if (!probe.ok()) return probe.status();
+    ::close(*probe);
+  }
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bool v6 = fd >= 0;
-    if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    absl::StatusOr<int> listener = OpenListener(options_.address, port, /*reuse_port=*/true);
+    if (!listener.ok()) return listener.status();
+    const int fd = *listener;
     sockaddr_storage addr{};
-    socklen_t len;
-    // An IPv4 address binds an IPv4 socket; "0.0.0.0" and "::" listen on both families.
-    in_addr a4{};
-    if (inet_pton(AF_INET, options_.address.c_str(), &a4) == 1 && options_.address != "0.0.0.0") {
-      if (v6) {
-        ::close(fd);
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-      }
-      auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
-      sin->sin_family = AF_INET;
-      sin->sin_port = htons(port);
-      sin->sin_addr = a4;
-      len = sizeof(sockaddr_in);
-    } else if (v6) {
-      int zero = 0;
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&addr);
-      sin6->sin6_family = AF_INET6;
-      sin6->sin6_port = htons(port);
-      if (options_.address == "0.0.0.0" || options_.address == "::") {
-        sin6->sin6_addr = in6addr_any;
-      } else if (inet_pton(AF_INET6, options_.address.c_str(), &sin6->sin6_addr) != 1) {
-        ::close(fd);
-        return absl::InvalidArgumentError(
-            inferd::StrCat("invalid --http-address '", options_.address, "'"));
-      }
-      len = sizeof(sockaddr_in6);
-    } else {
-      auto* sin = reinterpret_cast<sockaddr_in*>(&addr);
-      sin->sin_family = AF_INET;
-      sin->sin_port = htons(port);
-      sin->sin_addr.s_addr = htonl(INADDR_ANY);
-      len = sizeof(sockaddr_in);
-    }
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 1024) != 0) {
-      int err = errno;
-      ::close(fd);
-      return absl::UnavailableError(inferd::StrCat("cannot listen on ", options_.address, ":", port,
-                                                 ": ", std::strerror(err)));
-    }
+    socklen_t len = sizeof(addr);
     if (port == 0) {
       // Port 0 picks an ephemeral port once; the other loops share it.
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);

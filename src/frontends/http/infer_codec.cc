@@ -1,6 +1,7 @@
 #include "frontends/http/infer_codec.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -175,8 +176,10 @@ class InferJsonScanner {
     Space();
     return pos_ == json_.size();
   }
+  // Names and plain strings point into `json_` rather than being copied: the document lives no
+  // longer than the text it is parsed from (ParseInferRequest holds both).
   void AddMember(rapidjson::Value& obj, std::string_view key, rapidjson::Value& v) {
-    rapidjson::Value k(key.data(), static_cast<rapidjson::SizeType>(key.size()), doc_.GetAllocator());
+    rapidjson::Value k(rapidjson::StringRef(key.data(), static_cast<rapidjson::SizeType>(key.size())));
     obj.AddMember(k, v, doc_.GetAllocator());
   }
   // A plain key (printable ASCII, no escapes) and its ':'.
@@ -205,9 +208,12 @@ class InferJsonScanner {
     return ParsedValue(out);
   }
   static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+  // Containers nest this deep at most in SimpleValue: 'outputs' is an array of objects whose
+  // 'parameters' is an object of scalars (depths 0, 1 and 2).
+  static constexpr int kMaxSimpleDepth = 3;
   // A string of printable ASCII with no escape, an integer of up to 18 digits, true, false,
-  // null, or (at depth 0) an array or object of those: what names, datatypes, shapes and
-  // parameters are. False for anything else, which Value() hands to rapidjson from the start:
+  // null, or arrays and objects of those nested kMaxSimpleDepth deep at most: what names,
+  // datatypes, shapes, parameters and requested outputs are. False for anything else, which Value() hands to rapidjson from the start:
   // a rapidjson Document and Reader per value cost ~1,000 instructions and 4 allocations, the
   // most of a small request's parse. Builds what ExactNumberHandler would (Int64 for a negative
   // integer, Uint64 otherwise).
@@ -222,8 +228,8 @@ class InferJsonScanner {
         ++pos_;
       }
       if (!Eat('"')) return false;
-      out->SetString(json_.data() + start, static_cast<rapidjson::SizeType>(pos_ - 1 - start),
-                     doc_.GetAllocator());
+      out->SetString(rapidjson::StringRef(json_.data() + start,
+                                          static_cast<rapidjson::SizeType>(pos_ - 1 - start)));
       return true;
     }
     if (c == '-' || IsDigit(c)) {
@@ -258,7 +264,7 @@ class InferJsonScanner {
         return true;
       }
     }
-    if (depth > 0) return false;
+    if (depth >= kMaxSimpleDepth) return false;
     if (Eat('[')) {
       out->SetArray();
       Space();
@@ -671,26 +677,54 @@ static core::ParameterValue ToParameterValue(const rapidjson::Value& v) {
   return p;
 }
 
+// The first member of `obj` named by each of `keys` (null where none is), in one pass over the
+// members: a FindMember per key walks them again for each key. rapidjson's FindMember also
+// returns the first of duplicate names.
+template <size_t N>
+static std::array<const rapidjson::Value*, N> FindMembers(
+    const rapidjson::Value& obj, const std::array<std::string_view, N>& keys) {
+  std::array<const rapidjson::Value*, N> found{};
+  for (const auto& m : obj.GetObject()) {
+    const std::string_view name(m.name.GetString(), m.name.GetStringLength());
+    for (size_t i = 0; i < N; ++i) {
+      if (found[i] == nullptr && name == keys[i]) {
+        found[i] = &m.value;
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+// A boolean parameter's value: false where `v` is null (absent).
+static absl::StatusOr<bool> BoolParam(const rapidjson::Value* v, std::string_view key,
+                                      std::string_view where) {
+  if (v == nullptr) return false;
+  if (!v->IsBool()) {
+    return absl::InvalidArgumentError(
+        inferd::StrCat(where, ": parameter '", key, "' must be a boolean"));
+  }
+  return v->GetBool();
+}
+
 // The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
-// `name` in errors): nullopt without 'shared_memory_region'; 'shared_memory_byte_size' is
-// required with it. A tensor without any of them (the common case) costs three lookups.
+// `name` in errors), given its 'shared_memory_region', 'shared_memory_offset' and
+// 'shared_memory_byte_size' (null where absent): nullopt without any of them (the common case);
+// 'shared_memory_byte_size' is required with the region.
 static absl::StatusOr<std::optional<core::SharedMemoryRef>> ParseSharedMemoryParams(
-    const rapidjson::Value& params, std::string_view kind, const std::string& name) {
-  // Literal keys: rapidjson takes their length at compile time.
-  const auto end = params.MemberEnd();
-  const auto region = params.FindMember("shared_memory_region");
-  const auto offset = params.FindMember("shared_memory_offset");
-  const auto size = params.FindMember("shared_memory_byte_size");
-  if (region == end && offset == end && size == end) return std::optional<core::SharedMemoryRef>();
+    const rapidjson::Value* region, const rapidjson::Value* offset, const rapidjson::Value* size,
+    std::string_view kind, const std::string& name) {
+  if (region == nullptr && offset == nullptr && size == nullptr) {
+    return std::optional<core::SharedMemoryRef>();
+  }
   core::ParameterValue values[3];
   const core::ParameterValue* found[3] = {nullptr, nullptr, nullptr};
-  int i = 0;
-  for (auto it : {region, offset, size}) {
-    if (it != end) {
-      values[i] = ToParameterValue(it->value);
+  const rapidjson::Value* given[3] = {region, offset, size};
+  for (int i = 0; i < 3; ++i) {
+    if (given[i] != nullptr) {
+      values[i] = ToParameterValue(*given[i]);
       found[i] = &values[i];
     }
-    ++i;
   }
   return core::ParseSharedMemoryParameters(found[0], found[1], found[2], core::kJsonParameterWords,
                                            inferd::StrCat(kind, " '", name, "'"));
@@ -727,12 +761,14 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
   core::InferRequest& req = *parsed.request;
   req.payload = std::move(owner);
 
-  if (auto it = doc.FindMember("id"); it != doc.MemberEnd()) {
-    if (!it->value.IsString()) return absl::InvalidArgumentError("'id' must be a string");
-    req.id.assign(it->value.GetString(), it->value.GetStringLength());
+  const auto [id_v, params_v, inputs_v, outputs_v] =
+      FindMembers<4>(doc, {"id", "parameters", "inputs", "outputs"});
+  if (id_v != nullptr) {
+    if (!id_v->IsString()) return absl::InvalidArgumentError("'id' must be a string");
+    req.id.assign(id_v->GetString(), id_v->GetStringLength());
   }
-  if (auto it = doc.FindMember("parameters"); it != doc.MemberEnd()) {
-    const auto& params = it->value;
+  if (params_v != nullptr) {
+    const auto& params = *params_v;
     if (!params.IsObject()) return absl::InvalidArgumentError("'parameters' must be an object");
     if (auto st = CheckScalarParameters(params); !st.ok()) return st;
     auto b = GetBoolParam(params, "binary_data_output", "request");
@@ -758,56 +794,58 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     if (any) req.parameters.assign(rest.GetString(), rest.GetSize());
   }
 
-  auto inputs = doc.FindMember("inputs");
-  if (inputs == doc.MemberEnd() || !inputs->value.IsArray()) {
+  if (inputs_v == nullptr || !inputs_v->IsArray()) {
     return absl::InvalidArgumentError("the request must have an 'inputs' array");
   }
+  const auto& inputs = *inputs_v;
   size_t binary_offset = 0;
-  req.inputs.reserve(inputs->value.Size());
-  for (const auto& in : inputs->value.GetArray()) {
+  req.inputs.reserve(inputs.Size());
+  for (const auto& in : inputs.GetArray()) {
     if (!in.IsObject()) return absl::InvalidArgumentError("each entry of 'inputs' must be an object");
-    auto name_it = in.FindMember("name");
-    if (name_it == in.MemberEnd() || !name_it->value.IsString()) {
+    const auto [name_v, dt_v, shape_v, in_params_v, data_v] =
+        FindMembers<5>(in, {"name", "datatype", "shape", "parameters", "data"});
+    if (name_v == nullptr || !name_v->IsString()) {
       return absl::InvalidArgumentError("an input has no 'name' string");
     }
     core::InputTensor tensor;
-    tensor.name.assign(name_it->value.GetString(), name_it->value.GetStringLength());
-    auto dt_it = in.FindMember("datatype");
-    if (dt_it == in.MemberEnd() || !dt_it->value.IsString()) {
+    tensor.name.assign(name_v->GetString(), name_v->GetStringLength());
+    if (dt_v == nullptr || !dt_v->IsString()) {
       return Invalid(tensor.name, "missing 'datatype'");
     }
-    tensor.datatype = DataTypeFromString(dt_it->value.GetString());
+    tensor.datatype = DataTypeFromString(std::string_view(dt_v->GetString(), dt_v->GetStringLength()));
     if (tensor.datatype == DataType::kInvalid) {
-      return Invalid(tensor.name, inferd::StrCat("unknown datatype '", dt_it->value.GetString(), "'"));
+      return Invalid(tensor.name, inferd::StrCat("unknown datatype '", std::string_view(dt_v->GetString(), dt_v->GetStringLength()), "'"));
     }
-    auto shape_it = in.FindMember("shape");
-    if (shape_it == in.MemberEnd()) return Invalid(tensor.name, "missing 'shape'");
-    auto shape = ParseShape(shape_it->value, tensor.name);
+    if (shape_v == nullptr) return Invalid(tensor.name, "missing 'shape'");
+    auto shape = ParseShape(*shape_v, tensor.name);
     if (!shape.ok()) return shape.status();
     tensor.shape = *std::move(shape);
     auto count = ElementCount(tensor.shape);
     if (!count.ok()) return Invalid(tensor.name, std::string(count.status().message()));
 
     std::optional<uint64_t> binary_size;
-    if (auto p = in.FindMember("parameters"); p != in.MemberEnd()) {
-      if (!p->value.IsObject()) return Invalid(tensor.name, "'parameters' must be an object");
-      if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
-      if (auto b = p->value.FindMember("binary_data_size"); b != p->value.MemberEnd()) {
-        if (!b->value.IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
-        binary_size = b->value.GetUint64();
+    if (in_params_v != nullptr) {
+      const auto& p = *in_params_v;
+      if (!p.IsObject()) return Invalid(tensor.name, "'parameters' must be an object");
+      if (auto st = CheckScalarParameters(p); !st.ok()) return st;
+      const auto [size_v, region_v, offset_v, byte_size_v] = FindMembers<4>(
+          p, {"binary_data_size", "shared_memory_region", "shared_memory_offset",
+              "shared_memory_byte_size"});
+      if (size_v != nullptr) {
+        if (!size_v->IsUint64()) return Invalid(tensor.name, "'binary_data_size' must be a non-negative integer");
+        binary_size = size_v->GetUint64();
       }
-      auto shm = ParseSharedMemoryParams(p->value, "input", tensor.name);
+      auto shm = ParseSharedMemoryParams(region_v, offset_v, byte_size_v, "input", tensor.name);
       if (!shm.ok()) return shm.status();
       tensor.shm = *std::move(shm);
     }
-    auto data_it = in.FindMember("data");
     if (tensor.shm) {
-      if (data_it != in.MemberEnd() || binary_size) {
+      if (data_v != nullptr || binary_size) {
         return Invalid(tensor.name, "must set only one of 'data', 'binary_data_size' and 'shared_memory_region'");
       }
       // The server points `data` into the region.
     } else if (binary_size) {
-      if (data_it != in.MemberEnd()) {
+      if (data_v != nullptr) {
         return Invalid(tensor.name, "has both 'data' and 'binary_data_size'; send one");
       }
       if (*binary_size > binary.size() - binary_offset) {
@@ -818,7 +856,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
       tensor.data = binary.substr(binary_offset, *binary_size);
       binary_offset += *binary_size;
     } else {
-      if (data_it == in.MemberEnd()) {
+      if (data_v == nullptr) {
         return Invalid(tensor.name, "has neither 'data' nor a 'binary_data_size' parameter");
       }
       std::string& buf = req.owned.emplace_back();
@@ -830,7 +868,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         buf.reserve(static_cast<size_t>(*count) * elem);
       }
       int64_t got = 0;
-      const size_t input_index = static_cast<size_t>(&in - inputs->value.Begin());
+      const size_t input_index = static_cast<size_t>(&in - inputs.Begin());
       absl::Status st;
       if (input_index < data_spans.size() && !data_spans[input_index].text.empty() &&
           tensor.datatype != DataType::kBytes) {
@@ -849,7 +887,7 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
           if (!pst.ok()) return pst;
           st = Flatten(data_doc, tensor.datatype, tensor.name, 0, &buf, &got);
         } else {
-          st = Flatten(data_it->value, tensor.datatype, tensor.name, 0, &buf, &got);
+          st = Flatten(*data_v, tensor.datatype, tensor.name, 0, &buf, &got);
         }
       }
       if (!st.ok()) return st;
@@ -868,40 +906,42 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
         "Inference-Header-Content-Length)"));
   }
 
-  if (auto outs = doc.FindMember("outputs"); outs != doc.MemberEnd()) {
-    if (!outs->value.IsArray()) return absl::InvalidArgumentError("'outputs' must be an array");
-    req.outputs.reserve(outs->value.Size());
-    for (const auto& out : outs->value.GetArray()) {
+  if (outputs_v != nullptr) {
+    if (!outputs_v->IsArray()) return absl::InvalidArgumentError("'outputs' must be an array");
+    req.outputs.reserve(outputs_v->Size());
+    for (const auto& out : outputs_v->GetArray()) {
       if (!out.IsObject()) return absl::InvalidArgumentError("each entry of 'outputs' must be an object");
-      auto name_it = out.FindMember("name");
-      if (name_it == out.MemberEnd() || !name_it->value.IsString()) {
+      const auto [name_v, out_params_v] = FindMembers<2>(out, {"name", "parameters"});
+      if (name_v == nullptr || !name_v->IsString()) {
         return absl::InvalidArgumentError("a requested output has no 'name' string");
       }
       core::RequestedOutput ro;
-      ro.name.assign(name_it->value.GetString(), name_it->value.GetStringLength());
+      ro.name.assign(name_v->GetString(), name_v->GetStringLength());
       bool binary_flag = parsed.encoding.binary_default;
-      if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
-        if (!p->value.IsObject()) {
+      if (out_params_v != nullptr) {
+        const auto& p = *out_params_v;
+        if (!p.IsObject()) {
           return absl::InvalidArgumentError(inferd::StrCat("output '", ro.name, "': 'parameters' must be an object"));
         }
-        if (auto st = CheckScalarParameters(p->value); !st.ok()) return st;
-        if (p->value.HasMember("binary_data")) {
-          auto b = GetBoolParam(p->value, "binary_data", inferd::StrCat("output '", ro.name, "'"));
+        if (auto st = CheckScalarParameters(p); !st.ok()) return st;
+        const auto [binary_v, class_v, region_v, offset_v, byte_size_v] = FindMembers<5>(
+            p, {"binary_data", "classification", "shared_memory_region", "shared_memory_offset",
+                "shared_memory_byte_size"});
+        if (binary_v != nullptr) {
+          auto b = BoolParam(binary_v, "binary_data", inferd::StrCat("output '", ro.name, "'"));
           if (!b.ok()) return b.status();
           binary_flag = *b;
         }
-        if (auto c = p->value.FindMember("classification"); c != p->value.MemberEnd()) {
-          if (!c->value.IsInt64() || c->value.GetInt64() < 0) {
+        if (class_v != nullptr) {
+          if (!class_v->IsInt64() || class_v->GetInt64() < 0) {
             return absl::InvalidArgumentError(inferd::StrCat(
                 "output '", ro.name, "': 'classification' must be a non-negative integer"));
           }
-          ro.classification = c->value.GetInt64();
+          ro.classification = class_v->GetInt64();
         }
-      }
-      if (auto p = out.FindMember("parameters"); p != out.MemberEnd()) {
-        auto shm = ParseSharedMemoryParams(p->value, "output", ro.name);
+        auto shm = ParseSharedMemoryParams(region_v, offset_v, byte_size_v, "output", ro.name);
         if (!shm.ok()) return shm.status();
-        if (*shm && p->value.HasMember("binary_data") && binary_flag) {
+        if (*shm && binary_v != nullptr && binary_flag) {
           return absl::InvalidArgumentError(inferd::StrCat(
               "output '", ro.name, "': can't set both 'shared_memory_region' and 'binary_data'"));
         }
