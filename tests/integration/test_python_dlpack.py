@@ -131,7 +131,8 @@ BLS_CONFIG = """name: "dl_bls"
 backend: "python"
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] },
-         { name: "CALLEE_CPU" data_type: TYPE_BOOL dims: [ 1 ] } ]
+         { name: "CALLEE_CPU" data_type: TYPE_BOOL dims: [ 1 ] },
+         { name: "BF" data_type: TYPE_BF16 dims: [ 4 ] } ]
 """
 
 BLS_PY = FAKE_GPU + '''
@@ -148,8 +149,20 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(reply.error().message())
             y = pb_utils.get_output_tensor_by_name(reply, "Y")
             was_cpu = pb_utils.get_output_tensor_by_name(reply, "WAS_CPU")
+            # a BF16 answer comes back as BF16 (its bits; as_numpy refused as in Triton)
+            reply = pb_utils.InferenceRequest(
+                model_name="dl_out", requested_output_names=["BF"],
+                inputs=[pb_utils.Tensor("X", x), pb_utils.Tensor("MODE", np.array([0], np.int32))]).exec()
+            bf = pb_utils.get_output_tensor_by_name(reply, "BF")
+            assert bf.triton_dtype() == 14 and bf.is_cpu(), bf.triton_dtype()
+            try:
+                bf.as_numpy()
+                raise AssertionError("as_numpy() of a BF16 tensor did not raise")
+            except pb_utils.TritonModelException:
+                pass
             responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("Y", y.as_numpy() + 0), pb_utils.Tensor("CALLEE_CPU", was_cpu.as_numpy())]))
+                pb_utils.Tensor("Y", y.as_numpy() + 0), pb_utils.Tensor("CALLEE_CPU", was_cpu.as_numpy()),
+                bf]))
         return responses
 '''
 
@@ -254,7 +267,12 @@ def test_refusals_name_the_tensor_and_the_server_stays_up(dl_server):
 
 def test_bls_with_a_gpu_input(dl_server):
     x = np.array([1, 2, 3, 4], dtype=np.float32)
-    _, out = parse_response(infer(dl_server, "dl_bls", [x_input(x)]))
+    resp = infer(dl_server, "dl_bls", [x_input(x)])
+    assert resp.status_code == 200, resp.text[:2000]
+    bf = [o for o in resp.json()["outputs"] if o["name"] == "BF"][0]
+    assert bf["datatype"] == "BF16" and bf["data"] == [1.5, -2.0, 0.25, 3.0]
+    _, out = parse_response(infer(dl_server, "dl_bls", [x_input(x)],
+                                  outputs=[{"name": "Y"}, {"name": "CALLEE_CPU"}]))
     np.testing.assert_array_equal(out["Y"], x * 6)
     # the callee was given host memory (FORCE_CPU_ONLY_INPUT_TENSORS 'no' changes nothing)
     assert out["CALLEE_CPU"].tolist() == [True]
@@ -391,3 +409,51 @@ def test_unit_raw_capsule_and_lifetime(pbu):
     del t2
     gc.collect()
     assert len(pbu._EXPORTED) == before - 1
+
+
+def test_unit_with_torch(pbu):
+    """torch as producer and consumer (Debian's CPU torch here; a CPU capsule whose device says
+    CUDA stands in for the GPU one, and ours is told CPU again before torch takes it)."""
+    torch = pytest.importorskip("torch")
+
+    def as_cuda(t):
+        class Producer:
+            def __dlpack_device__(self):
+                return (2, 0)
+
+            def __dlpack__(self, stream=None):
+                c = torch.utils.dlpack.to_dlpack(t)
+                pbu._DLManagedTensor.from_address(
+                    pbu._capsule_pointer(c, b"dltensor")).dl_tensor.device.device_type = 2
+                return c
+        return Producer()
+
+    src = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 1.5
+    g = pbu.Tensor.from_dlpack("G", as_cuda(src))
+    np.testing.assert_array_equal(pbu._copy_to_host(g).view(np.float32).reshape(3, 4),
+                                  src.numpy())
+    b = pbu.Tensor.from_dlpack("B", as_cuda(torch.tensor([1.5, -2.0], dtype=torch.bfloat16)))
+    assert b.triton_dtype() == 14
+    assert pbu._copy_to_host(b).view(np.uint16).tolist() == [0x3FC0, 0xC000]
+    with pytest.raises(pbu.TritonModelException, match="not contiguous"):
+        pbu.Tensor.from_dlpack("T", as_cuda(src[:, 1:2]))
+    # our capsule over the "device" memory: torch reads the same memory and frees it through
+    # our deleter
+    cap = g.to_dlpack()
+    pbu._DLManagedTensor.from_address(
+        pbu._capsule_pointer(cap, b"dltensor")).dl_tensor.device.device_type = 1
+    count = len(pbu._EXPORTED)
+    back = torch.utils.dlpack.from_dlpack(cap)
+    assert back.data_ptr() == src.data_ptr() and torch.equal(back, src)
+    del cap, g
+    gc.collect()
+    assert len(pbu._EXPORTED) == count
+    del back
+    gc.collect()
+    assert len(pbu._EXPORTED) == count - 1
+    # host tensors from torch go back to torch: BF16, and numpy's read-only import
+    hb = pbu.Tensor.from_dlpack("HB", torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16))
+    assert hb.is_cpu() and hb.triton_dtype() == 14
+    assert torch.from_dlpack(hb).tolist() == [1.5, -2.0, 3.0]
+    f = pbu.Tensor.from_dlpack("F", torch.ones(3) * 2)
+    assert torch.utils.dlpack.from_dlpack(f.to_dlpack()).tolist() == [2.0, 2.0, 2.0]

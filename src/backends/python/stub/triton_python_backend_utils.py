@@ -569,10 +569,13 @@ class Tensor:
                                   self._dtype, dev)
         if self._dtype == 13:
             raise TritonModelException("DLPack does not support BYTES tensors")
-        if self._dtype == _BF16:  # numpy has no bfloat16: the uint16 bits, typed BF16
-            a = np.ascontiguousarray(self._array)
-            return _export_dlpack(a.ctypes.data, _kDLCPU, 0, a.shape, _BF16, a)
-        return self._array.__dlpack__()
+        a = self._array
+        # numpy has no bfloat16 (the uint16 bits, typed BF16 here), and refuses to export a
+        # read-only array (one np.from_dlpack made): those go out in a capsule of our own.
+        if self._dtype == _BF16 or not a.flags.writeable:
+            a = np.ascontiguousarray(a)
+            return _export_dlpack(a.ctypes.data, _kDLCPU, 0, a.shape, self._dtype, a)
+        return a.__dlpack__()
 
     def __dlpack__(self, stream=None, **kwargs):
         # Nothing is pending on a Tensor's memory (as in Triton): no stream to order.
