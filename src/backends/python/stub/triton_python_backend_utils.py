@@ -285,9 +285,12 @@ class _DLOwner:
     def __del__(self):
         address, self._address = self._address, None
         if address:
-            deleter = _DLManagedTensor.from_address(address).deleter
-            if deleter:
-                deleter(address)
+            try:
+                deleter = _DLManagedTensor.from_address(address).deleter
+                if deleter:
+                    deleter(address)
+            except Exception:  # a destructor must not raise (the interpreter may be exiting)
+                pass
 
 
 class _DeviceTensor:
