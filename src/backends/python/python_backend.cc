@@ -1162,11 +1162,20 @@ class PythonBackend : public Backend {
     static constexpr ConfigSupport kSupport{.backend_checks_parameters = true};
     RETURN_IF_ERROR(CheckConfigSupport(spec, name(), kSupport, index));
     const config::ModelConfig& cfg = *spec.config;
-    if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS");
-        force && *force != "yes" && *force != "no") {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          "model '", cfg.name(), "': parameters FORCE_CPU_ONLY_INPUT_TENSORS takes 'yes' or 'no', "
-          "got '", *force, "'"));
+    if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS"); force) {
+      if (*force != "yes" && *force != "no") {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", cfg.name(), "': parameters FORCE_CPU_ONLY_INPUT_TENSORS takes 'yes' or "
+            "'no', got '", *force, "'"));
+      }
+      // 'no' lets Triton hand model.py inputs that are on a GPU; here they always arrive in
+      // host memory (within Triton's "may"), so the key changes nothing: one WARNING per
+      // version (instance 0).
+      if (*force == "no" && index == 0) {
+        LOG_WARNING << "model '" << cfg.name() << "': parameters FORCE_CPU_ONLY_INPUT_TENSORS "
+                    << "'no' has no effect in inferd: model.py receives its inputs in host "
+                    << "memory (tensors it puts on a GPU with DLPack are still answered)";
+      }
     }
     std::error_code ec;
     if (!fs::is_regular_file(spec.model_path, ec)) {

@@ -46,6 +46,7 @@ _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
 _DESC = {}  # (name length, dims) -> the Struct of one output's descriptor
 _NUMPY_OF_CODE = [None] + [np.dtype(pb._NUMPY_OF_NAME[n]) if n in pb._NUMPY_OF_NAME else None
                            for n in pb._TYPE_NAMES[1:]]
+_NUMPY_OF_CODE[pb._BF16] = np.dtype(np.uint16)  # numpy has no bfloat16: its bits
 
 
 def _align(n):
@@ -127,14 +128,17 @@ class SharedRegion(_Mapped):
 
 
 def _payload(t):
-    """The bytes to send for tensor `t` (a C-contiguous array), its type code and shape."""
+    """The bytes to send for tensor `t` (a C-contiguous array; a GPU tensor's bytes copied to
+    the host), its type code and shape."""
     if t.__class__ is not pb.Tensor and not isinstance(t, pb.Tensor):
         raise pb.TritonModelException(
             f"output tensors must be pb_utils.Tensor objects, got {type(t).__name__}")
-    a = t._array
     code = t._dtype
-    if code is None or not 0 < code < 14:
+    if code is None or not 0 < code <= pb._BF16:
         raise pb.TritonModelException(f"tensor '{t._name}': unsupported data type")
+    if t._dev is not None:  # on the GPU: copied to the host here, once
+        return pb._copy_to_host(t), code, t._dev.shape
+    a = t._array
     if code == 13:
         return pb.serialize_byte_tensor(a), code, a.shape
     if a.flags.c_contiguous:
@@ -255,8 +259,10 @@ class Channel:
     def _response(self, reply):
         if reply.get("error") is not None:
             return pb.InferenceResponse([], pb.TritonError(reply["error"], reply.get("code", 1)))
+        wrap, codes = pb.Tensor._wrap_code, pb._CODE_OF_NAME
         return pb.InferenceResponse(
-            [pb.Tensor(d["name"], self.shm.read(d)) for d in reply.get("outputs", [])])
+            [wrap(d["name"], self.shm.read(d), codes[d["datatype"]])
+             for d in reply.get("outputs", [])])
 
     def bls_exec(self, request):
         with self.lock:

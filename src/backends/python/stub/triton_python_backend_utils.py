@@ -6,8 +6,12 @@ numpy arrays; inferd moves their bytes through a shared memory mapping (see infe
 never through pickling.
 """
 
+import ctypes
+import glob
 import json
+import os
 import struct
+import sys
 
 import numpy as np
 
@@ -195,21 +199,314 @@ class TritonModelException(Exception):
 # Tensors, requests, responses
 
 
+# ------------------------------------------------------------------------------------------------
+# DLPack (dlpack.h's public ABI, read and written with ctypes: no extension module to build)
+#
+# A tensor from a CPU producer becomes a numpy array (np.from_dlpack: no copy). A tensor on a
+# GPU (kDLCUDA, kDLCUDAManaged) stays where it is: the Tensor keeps the producer's
+# DLManagedTensor (so the producer's memory lives) and records its pointer, shape and type;
+# `to_dlpack()` hands consumers a capsule over the same memory. inferd's server answers host
+# bytes, so such a tensor is copied to the host once, when a response or a BLS request that
+# holds it is written into the shared mapping (_copy_to_host).
+
+_kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
+_HOST_DEVICES = (_kDLCPU, _kDLCUDAHost)  # Triton reads pinned host memory as CPU memory
+_GPU_DEVICES = (_kDLCUDA, _kDLCUDAManaged)
+_kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat, _kDLBool = 0, 1, 2, 4, 6
+# TRITONSERVER_DataType <-> DLPack (code, bits), as Triton's pb_stub_utils.cc maps them.
+_DL_OF_TRITON = {1: (_kDLBool, 8), 2: (_kDLUInt, 8), 3: (_kDLUInt, 16), 4: (_kDLUInt, 32),
+                 5: (_kDLUInt, 64), 6: (_kDLInt, 8), 7: (_kDLInt, 16), 8: (_kDLInt, 32),
+                 9: (_kDLInt, 64), 10: (_kDLFloat, 16), 11: (_kDLFloat, 32),
+                 12: (_kDLFloat, 64), 14: (_kDLBfloat, 16)}
+_TRITON_OF_DL = {dl: code for code, dl in _DL_OF_TRITON.items()}
+_BF16 = 14
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _DLDeleter)]
+
+
+# The capsule functions of the C API, on a handle of our own: prototypes set on
+# ctypes.pythonapi would change them for every other user of it in the process.
+_PY = ctypes.PyDLL(None)
+
+
+def _capi(name, restype, *argtypes):
+    f = _PY[name]  # a new function object each time: two prototypes of one function can coexist
+    f.restype, f.argtypes = restype, list(argtypes)
+    return f
+
+
+_capsule_is_valid = _capi("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_capsule_pointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object,
+                         ctypes.c_char_p)
+_capsule_set_name = _capi("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_capsule_new = _capi("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                     ctypes.c_void_p)
+# The same two, for the capsule destructor, which gets the dying capsule as a bare pointer.
+_raw_is_valid = _capi("PyCapsule_IsValid", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+_raw_pointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+# A capsule keeps the pointer to its name: these live as long as the module.
+_DLTENSOR = b"dltensor"
+_USED_DLTENSOR = b"used_dltensor"
+
+
+def _is_capsule(obj):
+    return type(obj).__name__ == "PyCapsule"  # the type has no public name
+
+
+class _DLOwner:
+    """The DLManagedTensor a Tensor consumed: its deleter runs when the last user lets go.
+    `source` (the producer object, when there is one) is kept too."""
+
+    __slots__ = ("_address", "_source", "__weakref__")
+
+    def __init__(self, address, source):
+        self._address, self._source = address, source
+
+    def __del__(self):
+        address, self._address = self._address, None
+        if address:
+            try:
+                deleter = _DLManagedTensor.from_address(address).deleter
+                if deleter:
+                    deleter(address)
+            except Exception:  # a destructor must not raise (the interpreter may be exiting)
+                pass
+
+
+class _DeviceTensor:
+    """Where a GPU tensor's bytes are: device (DLPack type and id), address, shape, size."""
+
+    __slots__ = ("device_type", "device_id", "ptr", "shape", "nbytes", "owner")
+
+    def __init__(self, device_type, device_id, ptr, shape, nbytes, owner):
+        self.device_type, self.device_id, self.ptr = device_type, device_id, ptr
+        self.shape, self.nbytes, self.owner = shape, nbytes, owner
+
+
+# What our exported capsules keep alive, by the address of their DLManagedTensor: removed by
+# the deleter (the consumer is done) or by the capsule's destructor (no one consumed it).
+_EXPORTED = {}
+
+
+@_DLDeleter
+def _exported_deleter(address):
+    exported = _EXPORTED
+    if exported is not None:  # None: the interpreter is shutting down
+        exported.pop(address, None)
+
+
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@_CapsuleDestructor
+def _exported_capsule_destructor(capsule):
+    # DLPack's rule for Python: a capsule still named "dltensor" was never consumed, so its
+    # tensor is still ours to free.
+    try:
+        if _raw_is_valid(capsule, _DLTENSOR):
+            _exported_deleter(_raw_pointer(capsule, _DLTENSOR))
+    except Exception:  # a destructor must not raise (the interpreter may be shutting down)
+        pass
+
+
+_DESTRUCTOR_ADDRESS = ctypes.cast(_exported_capsule_destructor, ctypes.c_void_p).value
+
+
+def _export_dlpack(ptr, device_type, device_id, shape, triton_code, owner):
+    """A "dltensor" capsule over `ptr` (compact, row-major) that keeps `owner` alive until the
+    consumer calls its deleter."""
+    code, bits = _DL_OF_TRITON[triton_code]
+    ndim = len(shape)
+    managed = _DLManagedTensor()
+    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    t = managed.dl_tensor
+    t.data = ptr
+    t.device.device_type, t.device.device_id = device_type, device_id
+    t.ndim = ndim
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
+    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+    t.strides = None  # compact row-major
+    t.byte_offset = 0
+    managed.deleter = _exported_deleter
+    address = ctypes.addressof(managed)
+    _EXPORTED[address] = (managed, dims, owner)
+    return _capsule_new(address, _DLTENSOR, _DESTRUCTOR_ADDRESS)
+
+
+def _read_dlpack(name, capsule):
+    """Checks a "dltensor" capsule (not yet consumed) and returns (DLManagedTensor address,
+    device type, device id, data address, shape, Triton type code, size in bytes, whether it
+    is compact row-major). Raises TritonModelException naming the tensor and the reason."""
+    if not _is_capsule(capsule) or not _capsule_is_valid(capsule, _DLTENSOR):
+        raise TritonModelException(
+            f"Tensor.from_dlpack('{name}'): expected a DLPack capsule named 'dltensor' (one "
+            "that was consumed already cannot be used again)")
+    address = _capsule_pointer(capsule, _DLTENSOR)
+    t = _DLManagedTensor.from_address(address).dl_tensor
+    device_type, device_id = int(t.device.device_type), int(t.device.device_id)
+    if device_type not in _HOST_DEVICES and device_type not in _GPU_DEVICES:
+        raise TritonModelException(f"Tensor.from_dlpack('{name}'): DLDevice type {device_type} "
+                                   "is not supported by Python backend.")
+    dt = t.dtype
+    code = _TRITON_OF_DL.get((int(dt.code), int(dt.bits))) if dt.lanes == 1 else None
+    if code is None:
+        raise TritonModelException(
+            f"Tensor.from_dlpack('{name}'): DLPack data type (code {dt.code}, bits {dt.bits}, "
+            f"lanes {dt.lanes}) has no Triton data type")
+    ndim = int(t.ndim)
+    shape = tuple(int(t.shape[i]) for i in range(ndim))
+    count = 1
+    for d in shape:
+        count *= d
+    compact = True
+    if t.strides and count > 0:
+        expected = 1
+        for i in range(ndim - 1, -1, -1):
+            # A dimension of size 1 may carry any stride (torch gives such ones).
+            if shape[i] != 1 and int(t.strides[i]) != expected:
+                compact = False
+                break
+            expected *= shape[i]
+    data = (t.data or 0) + int(t.byte_offset)
+    return address, device_type, device_id, data, shape, code, count * (dt.bits // 8), compact
+
+
+# ------------------------------------------------------------------------------------------------
+# The one copy of a GPU tensor to the host (CUDA runtime through ctypes)
+
+_cudart = None
+_cudart_error = None
+
+
+def _cudart_candidates():
+    """Where the CUDA runtime may be, best first: one this process loaded already (torch's),
+    the pip wheels beside the interpreter's packages, the system's, the toolkit's."""
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(" ")[-1]
+                if "/libcudart.so" in path and path not in paths:
+                    paths.append(path)
+    except OSError:
+        pass
+    for root in sys.path:
+        if not root.endswith(("site-packages", "dist-packages")):
+            continue
+        for pattern in ("torch/lib/libcudart*.so*", "nvidia/cuda_runtime/lib/libcudart.so*",
+                        "nvidia/cu*/lib/libcudart.so*"):
+            paths += sorted(glob.glob(os.path.join(root, pattern)), reverse=True)
+    paths += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    paths += sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"), reverse=True)
+    return paths
+
+
+def _load_cudart():
+    global _cudart, _cudart_error
+    if _cudart is not None:
+        return _cudart
+    if _cudart_error is not None:
+        raise TritonModelException(_cudart_error)
+    tried = _cudart_candidates()
+    for path in tried:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        lib.cudaGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        lib.cudaSetDevice.argtypes = [ctypes.c_int]
+        lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_int]
+        lib.cudaGetErrorString.argtypes = [ctypes.c_int]
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        _cudart = lib
+        return lib
+    _cudart_error = ("a tensor on the GPU must be copied to the host, but no CUDA runtime "
+                     "(libcudart.so) could be loaded; tried: " + ", ".join(tried))
+    raise TritonModelException(_cudart_error)
+
+
+def _cuda_device_to_host(dst, src, nbytes, device_id):
+    """Copies `nbytes` from device memory `src` (on GPU `device_id`) to host memory `dst`.
+
+    cudaMemcpy is synchronous and runs on the legacy default stream, which waits for the work
+    of every blocking stream, so what the producer queued on those is done before the copy;
+    a producer on a non-blocking stream must have synchronized first, as with Triton (torch
+    orders its current stream before the default one when from_dlpack asks with stream=1)."""
+    lib = _load_cudart()
+
+    def check(err, what):
+        if err != 0:
+            raise TritonModelException(
+                f"{what} failed: {lib.cudaGetErrorString(err).decode(errors='replace')} "
+                f"(cudaError {err})")
+
+    current = ctypes.c_int(0)
+    check(lib.cudaGetDevice(ctypes.byref(current)), "cudaGetDevice")
+    check(lib.cudaSetDevice(device_id), f"cudaSetDevice({device_id})")
+    try:
+        check(lib.cudaMemcpy(dst, src, nbytes, 2), "cudaMemcpy (device to host)")  # kind 2: D2H
+    finally:
+        if current.value != device_id:
+            lib.cudaSetDevice(current.value)
+
+
+# The copy used for GPU tensors: (host destination address, device source address, bytes,
+# device id). Tests without a GPU replace it (with one over host memory: ctypes.memmove).
+_device_to_host = _cuda_device_to_host
+
+
+def _copy_to_host(tensor):
+    """The bytes of a tensor on the GPU, in a new host array (uint8): the one copy."""
+    dev = tensor._dev
+    out = np.empty(dev.nbytes, dtype=np.uint8)
+    if dev.nbytes:
+        try:
+            _device_to_host(out.ctypes.data, dev.ptr, dev.nbytes, dev.device_id)
+        except TritonModelException as e:
+            raise TritonModelException(f"tensor '{tensor._name}' (on GPU {dev.device_id}): "
+                                       f"{e.message()}") from None
+    return out
+
+
 class _DLPackCapsule:
+    """A bare capsule in the shape np.from_dlpack takes (a host tensor)."""
+
     def __init__(self, capsule):
         self._capsule = capsule
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, **kwargs):
         return self._capsule
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+        return (_kDLCPU, 0)
 
 
 class Tensor:
-    """A named tensor over a numpy array (BYTES as a numpy object array)."""
+    """A named tensor over a numpy array (BYTES as a numpy object array, BF16 as the uint16
+    bits), or over memory on a GPU (from_dlpack) that `_dev` describes (`_array` is None)."""
 
-    __slots__ = ("_name", "_array", "_dtype")
+    __slots__ = ("_name", "_array", "_dtype", "_dev")
 
     def __init__(self, name, numpy_array, triton_dtype=None):
         if numpy_array.__class__ is not np.ndarray:
@@ -231,55 +528,124 @@ class Tensor:
                     f"tensor '{name}': numpy dtype {numpy_array.dtype} has no Triton data type")
         self._name = name
         self._array = numpy_array
+        self._dev = None
 
     @classmethod
     def _wrap(cls, name, array, type_name):
         # The stub's constructor for tensors it read: the type is known, nothing to check.
         t = object.__new__(cls)
-        t._name, t._array, t._dtype = name, array, _CODE_OF_NAME[type_name]
+        t._name, t._array, t._dtype, t._dev = name, array, _CODE_OF_NAME[type_name], None
         return t
 
     @classmethod
     def _wrap_code(cls, name, array, code):
         t = object.__new__(cls)
-        t._name, t._array, t._dtype = name, array, code
+        t._name, t._array, t._dtype, t._dev = name, array, code, None
         return t
 
     def name(self):
         return self._name
 
     def as_numpy(self):
+        if self._dev is not None:
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+        if self._dtype == _BF16:
+            raise TritonModelException("Tensor dtype is BF16 and cannot be converted to NumPy. "
+                                       "Use to_dlpack() and from_dlpack() instead.")
         return self._array
 
     def triton_dtype(self):
         return self._dtype
 
     def shape(self):
+        if self._dev is not None:
+            return list(self._dev.shape)
         return list(self._array.shape)
 
     def is_cpu(self):
-        return True
+        return self._dev is None
 
     def to_dlpack(self):
-        if self._array.dtype == np.object_:
+        dev = self._dev
+        if dev is not None:
+            return _export_dlpack(dev.ptr, dev.device_type, dev.device_id, dev.shape,
+                                  self._dtype, dev)
+        if self._dtype == 13:
             raise TritonModelException("DLPack does not support BYTES tensors")
-        return self._array.__dlpack__()
+        a = self._array
+        # numpy has no bfloat16 (the uint16 bits, typed BF16 here), and refuses to export a
+        # read-only array (one np.from_dlpack made): those go out in a capsule of our own.
+        if self._dtype == _BF16 or not a.flags.writeable:
+            a = np.ascontiguousarray(a)
+            return _export_dlpack(a.ctypes.data, _kDLCPU, 0, a.shape, self._dtype, a)
+        return a.__dlpack__()
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, **kwargs):
+        # Nothing is pending on a Tensor's memory (as in Triton): no stream to order.
         return self.to_dlpack()
 
     def __dlpack_device__(self):
-        return (1, 0)
+        dev = self._dev
+        return (dev.device_type, dev.device_id) if dev is not None else (_kDLCPU, 0)
 
     @staticmethod
     def from_dlpack(name, dlpack_tensor):
-        source = dlpack_tensor if hasattr(dlpack_tensor, "__dlpack__") \
-            else _DLPackCapsule(dlpack_tensor)
-        try:
-            array = np.from_dlpack(source)
-        except (RuntimeError, TypeError, BufferError) as e:
-            raise TritonModelException(f"Tensor.from_dlpack('{name}'): {e} (only CPU tensors)")
-        return Tensor(name, array)
+        """A Tensor over a DLPack tensor: a capsule, or an object with __dlpack__ and
+        __dlpack_device__ (torch, CuPy, numpy...). Host memory becomes a numpy array (no
+        copy); GPU memory stays on the GPU (is_cpu() False) until inferd needs its bytes."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        source = None
+        if _is_capsule(dlpack_tensor):
+            capsule = dlpack_tensor
+        else:
+            if not hasattr(dlpack_tensor, "__dlpack__") or \
+                    not hasattr(dlpack_tensor, "__dlpack_device__"):
+                raise TritonModelException(
+                    f"Tensor.from_dlpack('{name}'): provided tensor is not supported. Tensor "
+                    "must be a DLPack capsule or have `__dlpack__` and `__dlpack_device__` "
+                    "attributes")
+            source = dlpack_tensor
+            device_type = int(dlpack_tensor.__dlpack_device__()[0])
+            capsule = None
+            if device_type in _GPU_DEVICES:
+                # stream=1 (the array API's legacy default stream): the producer orders its
+                # pending work before that stream, which the copy to the host runs on.
+                try:
+                    capsule = dlpack_tensor.__dlpack__(stream=1)
+                except TypeError:
+                    capsule = None
+            if capsule is None:
+                capsule = dlpack_tensor.__dlpack__()
+        address, device_type, device_id, data, shape, code, nbytes, compact = \
+            _read_dlpack(name, capsule)
+        why = ""
+        if device_type in _HOST_DEVICES and code != _BF16:
+            try:  # no copy: numpy takes the capsule
+                array = np.from_dlpack(_DLPackCapsule(capsule))
+                return Tensor._wrap_code(name, array, code)
+            except (RuntimeError, TypeError, BufferError, ValueError) as e:
+                why = str(e)  # a type this numpy does not import (bool before 1.25): copied
+        if not compact:
+            raise TritonModelException(
+                f"Tensor.from_dlpack('{name}'): DLPack tensor is not contiguous. Only "
+                "contiguous DLPack tensors that are stored in C-Order are supported.")
+        if device_type in _HOST_DEVICES:  # the bytes, copied (BF16: its bits as uint16)
+            npt = np.uint16 if code == _BF16 else triton_to_numpy_type(code)
+            array = np.empty(shape, dtype=npt)
+            if array.nbytes != nbytes:
+                raise TritonModelException(f"Tensor.from_dlpack('{name}'): {why}")
+            if nbytes:
+                ctypes.memmove(array.ctypes.data, data, nbytes)
+            return Tensor._wrap_code(name, array, code)
+        # On the GPU: consumed here (renamed, as DLPack's consumers do); the deleter runs when
+        # the Tensor and every capsule exported from it are gone.
+        owner = _DLOwner(address, source)
+        _capsule_set_name(capsule, _USED_DLTENSOR)
+        t = object.__new__(Tensor)
+        t._name, t._array, t._dtype = name, None, code
+        t._dev = _DeviceTensor(device_type, device_id, data, shape, nbytes, owner)
+        return t
 
 
 class PreferredMemory:

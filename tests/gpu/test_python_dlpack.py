@@ -1,0 +1,234 @@
+"""The Python backend's DLPack with CUDA tensors on a real GPU (issue 30), with PyTorch.
+
+model.py does what Triton users write: `torch.from_dlpack(input.to_dlpack())`, moves it to
+CUDA, computes, and answers `pb_utils.Tensor.from_dlpack("Y", cuda_tensor)`; inferd copies the
+output to the host once (cudaMemcpy through the process's own libcudart) and the client gets the
+values numpy computes. Also: to_dlpack() of a GPU tensor gives torch the same device memory,
+as_numpy() on it is refused with Triton's message, BF16 and INT64 outputs, a 4 MiB output (the
+shared mapping grows), a BLS request whose input is a CUDA tensor, and
+FORCE_CPU_ONLY_INPUT_TENSORS 'no' (accepted; inputs arrive in host memory).
+
+The CPU-only version of these checks (a fake CUDA producer) is
+tests/integration/test_python_dlpack.py. Self-contained like test_gpu_instances.py (whose
+Server it uses): $INFERD_BIN; the Python processes run this interpreter (it has torch), with
+the stub from this tree. Skips without a GPU or without torch built with CUDA.
+
+    INFERD_BIN=build/inferd python3 -m pytest -q tests/gpu/test_python_dlpack.py
+"""
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from test_gpu_instances import Server, _has_gpu
+
+pytestmark = pytest.mark.skipif(not _has_gpu(), reason="no GPU (nvidia-smi lists none)")
+
+STUB_DIR = Path(__file__).resolve().parents[2] / "src" / "backends" / "python" / "stub"
+
+ADD_CONFIG = """name: "torch_gpu_add"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] },
+         { name: "M" data_type: TYPE_FP32 dims: [ 4, 4 ] },
+         { name: "I" data_type: TYPE_INT64 dims: [ -1 ] },
+         { name: "BF" data_type: TYPE_BF16 dims: [ -1 ] },
+         { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+ADD_PY = '''
+import json
+import numpy as np
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            info = {"input_is_cpu": x.is_cpu()}
+            t = torch.from_dlpack(x.to_dlpack()).to("cuda")
+            y = t * 2 + 1
+            out = pb_utils.Tensor.from_dlpack("Y", y)
+            info["is_cpu"] = out.is_cpu()
+            info["device"] = list(out.__dlpack_device__())
+            try:
+                out.as_numpy()
+            except pb_utils.TritonModelException as e:
+                info["as_numpy"] = str(e)
+            # the same device memory, read back by torch (both of its entry points)
+            back = torch.utils.dlpack.from_dlpack(out.to_dlpack())
+            again = torch.from_dlpack(out)
+            info["same_memory"] = (back.data_ptr() == y.data_ptr() == again.data_ptr()
+                                   and back.device == y.device)
+            info["cudart"] = getattr(pb_utils._cudart, "_name", None)
+            head = t[:16] if t.numel() >= 16 else torch.arange(16, device="cuda", dtype=torch.float32)
+            m = head.reshape(4, 4) @ head.reshape(4, 4).T
+            responses.append(pb_utils.InferenceResponse([
+                out,
+                pb_utils.Tensor.from_dlpack("M", m),
+                pb_utils.Tensor.from_dlpack("I", (t * 3).to(torch.int64)),
+                pb_utils.Tensor.from_dlpack("BF", t.to(torch.bfloat16)),
+                pb_utils.Tensor("INFO", np.array([json.dumps(info)], dtype=np.object_))]))
+        return responses
+'''
+
+BLS_CONFIG = """name: "torch_gpu_bls"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+BLS_PY = '''
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_dlpack(pb_utils.get_input_tensor_by_name(request, "X").to_dlpack())
+            gpu_in = pb_utils.Tensor.from_dlpack("X", x.cuda() * 3)
+            reply = pb_utils.InferenceRequest(model_name="torch_gpu_add", inputs=[gpu_in],
+                                              requested_output_names=["Y"]).exec()
+            if reply.has_error():
+                raise pb_utils.TritonModelException(reply.error().message())
+            y = pb_utils.get_output_tensor_by_name(reply, "Y")
+            # the answer is host memory: torch takes it and moves it to the GPU again
+            z = torch.from_dlpack(y.to_dlpack()).cuda()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("Y", z)]))
+        return responses
+'''
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed in this interpreter"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    why = _torch_cuda()
+    if why:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("python_dlpack")
+    root = tmp / "models"
+    for name, config, py in (("torch_gpu_add", ADD_CONFIG, ADD_PY),
+                             ("torch_gpu_bls", BLS_CONFIG, BLS_PY)):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(config)
+        (root / name / "1" / "model.py").write_text(py)
+    # The Python processes: this interpreter (torch), with the library path it was started
+    # with (check.sh's inferd wrapper puts the bundle's libraries first for inferd alone), and
+    # the stub from this tree (the bundle has none).
+    launcher = tmp / "python"
+    launcher.write_text("#!/bin/sh\n" + (
+        f"export LD_LIBRARY_PATH='{os.environ['LD_LIBRARY_PATH']}'\n"
+        if os.environ.get("LD_LIBRARY_PATH") else "unset LD_LIBRARY_PATH\n") +
+        f"exec '{sys.executable}' \"$@\"\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+    saved = {k: os.environ.get(k) for k in ("INFERD_PYTHON", "INFERD_PYTHON_BACKEND_DIR")}
+    os.environ["INFERD_PYTHON"] = str(launcher)
+    os.environ["INFERD_PYTHON_BACKEND_DIR"] = str(STUB_DIR)
+    try:
+        srv = Server(root, ["torch_gpu_add", "torch_gpu_bls"], tmp)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        # importing torch and starting CUDA in each Python process: seconds, not minutes (the
+        # pytest step of check.sh has 360 s for every test file; this one runs last)
+        srv.wait_ready("torch_gpu_add", timeout=150)
+        srv.wait_ready("torch_gpu_bls", timeout=150)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def infer(srv, model, x, outputs):
+    """POSTs X (binary) and asks for `outputs` in binary; returns {name: (datatype, shape,
+    raw bytes)}."""
+    head = json.dumps({
+        "inputs": [{"name": "X", "shape": list(x.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes}}],
+        "outputs": [{"name": n, "parameters": {"binary_data": True}} for n in outputs]}).encode()
+    r = requests.post(f"{srv.url}/v2/models/{model}/infer", data=head + x.tobytes(),
+                      headers={"Inference-Header-Content-Length": str(len(head)),
+                               "Content-Type": "application/octet-stream"}, timeout=300)
+    assert r.status_code == 200, f"{model}: HTTP {r.status_code}: {r.text[:1000]}\n{srv.log()}"
+    hlen = int(r.headers["Inference-Header-Content-Length"])
+    meta = json.loads(r.content[:hlen])
+    got, off = {}, hlen
+    for o in meta["outputs"]:
+        n = o["parameters"]["binary_data_size"]
+        got[o["name"]] = (o["datatype"], o["shape"], r.content[off:off + n])
+        off += n
+    return got
+
+
+def info_of(raw):
+    (n,) = np.frombuffer(raw[:4], dtype="<u4")
+    return json.loads(raw[4:4 + n])
+
+
+def test_cuda_outputs_reach_the_client(server):
+    x = np.array([0.5, 1.5, -3.0, 8.0, 2.25, -0.125, 100.0, 7.0] * 2, dtype=np.float32)
+    got = infer(server, "torch_gpu_add", x, ["Y", "M", "I", "BF", "INFO"])
+    dt, shape, raw = got["Y"]
+    assert (dt, shape) == ("FP32", [16])
+    np.testing.assert_array_equal(np.frombuffer(raw, np.float32), x * 2 + 1)
+    h = x[:16].reshape(4, 4).astype(np.float64)
+    np.testing.assert_allclose(np.frombuffer(got["M"][2], np.float32).reshape(4, 4), h @ h.T,
+                               rtol=1e-3)  # TF32 may be on for matmuls
+    np.testing.assert_array_equal(np.frombuffer(got["I"][2], np.int64),
+                                  (x * 3).astype(np.int64))
+    assert got["BF"][0] == "BF16"
+    # every value of x is exact in bfloat16: its bits are the float's upper half
+    np.testing.assert_array_equal(np.frombuffer(got["BF"][2], np.uint16),
+                                  (x.view(np.uint32) >> 16).astype(np.uint16))
+    info = info_of(got["INFO"][2])
+    assert info["input_is_cpu"] is True  # FORCE_CPU_ONLY_INPUT_TENSORS 'no': host inputs here
+    assert info["is_cpu"] is False and info["device"][0] == 2
+    assert info["as_numpy"] == "Tensor is stored in GPU and cannot be converted to NumPy."
+    assert info["same_memory"] is True
+    # the second request sees the runtime the first one's copy loaded
+    info = info_of(infer(server, "torch_gpu_add", x, ["INFO"])["INFO"][2])
+    assert info["cudart"] and "libcudart" in info["cudart"], info
+    print(f"python_dlpack: the copies used {info['cudart']}")
+    assert "FORCE_CPU_ONLY_INPUT_TENSORS 'no' has no effect" in server.log_path.read_text(
+        errors="replace")
+
+
+def test_large_cuda_output(server):
+    x = np.random.default_rng(30).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+    got = infer(server, "torch_gpu_add", x, ["Y"])
+    np.testing.assert_array_equal(np.frombuffer(got["Y"][2], np.float32), x * 2 + 1)
+
+
+def test_bls_with_a_cuda_input(server):
+    x = np.arange(-5, 11, dtype=np.float32)
+    got = infer(server, "torch_gpu_bls", x, ["Y"])
+    np.testing.assert_array_equal(np.frombuffer(got["Y"][2], np.float32), x * 3 * 2 + 1)
