@@ -35,10 +35,19 @@ WEIGHTS_MIB = 256
 pytestmark = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no nvidia-smi: no GPU")
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """Never the same port twice: the kernel may hand a just-closed port out again, and one
+    server's HTTP, gRPC and metrics ports must differ (inferd refuses a port in use)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 def http(port, method, path, body=None, timeout=120):
