@@ -6,7 +6,7 @@
 #   2x1: two instances with 1 intra-op thread each (best for throughput); the reference runs
 #        two sessions at once, one thread each.
 # Then identity_fp32 at concurrency 64 with and without batching.
-# --smoke: short runs.
+# --smoke: short runs. LAYOUTS="1x2" runs one layout only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION=10s; ITER=30; SHORT=10s; [[ "${1:-}" == "--smoke" ]] && { DURATION=3s; ITER=2; SHORT=2s; }
@@ -50,7 +50,7 @@ export INPUT_NAME=input DATATYPE=FP32 SHAPE=1,3,224,224 BYTES=602112
 # Alternate the reference and inferd (this machine's speed drifts), median of per-round ratios.
 ROUNDS=6; [[ "${1:-}" == "--smoke" ]] && ROUNDS=1
 declare -A ratios
-for layout in 1x2 2x1; do
+for layout in ${LAYOUTS:-1x2 2x1}; do
   P=$(free_port)
   "$BUILD/inferd" --model-repository="$REPO/$layout" --http-port="$P" --allow-grpc=false \
     --allow-metrics=false 2>"/tmp/inferd_bench_onnx_tp_$layout.log" & PIDS+=($!)
@@ -88,4 +88,4 @@ for v in plain batched; do
   kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 done
 med() { printf '%s\n' $1 | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-echo "onnx throughput ratio (median of rounds, inferd c=8 / in-process best batch, same threads; goal >= 0.97): 2x1 $(med "${ratios[2x1]}"), 1x2 $(med "${ratios[1x2]}")"
+echo "onnx throughput ratio (median of rounds, inferd c=8 / in-process best batch, same threads; goal >= 0.97): 2x1 $(med "${ratios[2x1]:-}"), 1x2 $(med "${ratios[1x2]:-}")"
