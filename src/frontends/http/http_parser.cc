@@ -374,6 +374,7 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
 }
 
 std::optional<std::string> PercentDecode(std::string_view s) {
+  if (std::memchr(s.data(), '%', s.size()) == nullptr) return std::string(s);  // most paths
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {

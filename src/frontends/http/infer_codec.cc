@@ -124,6 +124,16 @@ struct JsonDataSpan {
   bool flat = false;
 };
 
+// The bytes a plain string (a key or a simple value) may hold as they are: printable ASCII
+// other than '"' and '\\' (an escape, a control or a UTF-8 sequence sends the text to rapidjson).
+struct PlainJsonChars {
+  bool plain[256] = {};
+  constexpr PlainJsonChars() {
+    for (int c = 0x20; c < 0x80; ++c) plain[c] = c != '"' && c != '\\';
+  }
+};
+constexpr PlainJsonChars kPlainJson;
+
 class InferJsonScanner {
  public:
   InferJsonScanner(std::string_view json, rapidjson::Document& doc,
@@ -186,18 +196,21 @@ class InferJsonScanner {
   bool Key(std::string_view* key) {
     if (!Eat('"')) return false;
     const size_t start = pos_;
-    while (pos_ < json_.size()) {
-      const unsigned char c = static_cast<unsigned char>(json_[pos_]);
-      if (c == '"') break;
-      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
-      ++pos_;
-    }
-    if (!Eat('"')) return false;
+    if (!PlainString()) return false;
     *key = json_.substr(start, pos_ - 1 - start);
     Space();
     if (!Eat(':')) return false;
     Space();
     return true;
+  }
+  // The rest of a string whose opening '"' is eaten, up to and past its closing '"'; false where
+  // it holds anything but plain characters or has no end.
+  bool PlainString() {
+    const char* p = json_.data() + pos_;
+    const char* const end = json_.data() + json_.size();
+    while (p < end && kPlainJson.plain[static_cast<unsigned char>(*p)]) ++p;
+    pos_ = static_cast<size_t>(p - json_.data());
+    return Eat('"');
   }
   // Any value into the document's allocator: the shapes requests are made of here (see
   // SimpleValue), anything else by rapidjson (exact numbers).
@@ -221,13 +234,7 @@ class InferJsonScanner {
     const char c = Peek();
     if (c == '"') {
       const size_t start = ++pos_;
-      while (pos_ < json_.size()) {
-        const unsigned char ch = static_cast<unsigned char>(json_[pos_]);
-        if (ch == '"') break;
-        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return false;
-        ++pos_;
-      }
-      if (!Eat('"')) return false;
+      if (!PlainString()) return false;
       out->SetString(rapidjson::StringRef(json_.data() + start,
                                           static_cast<rapidjson::SizeType>(pos_ - 1 - start)));
       return true;

@@ -91,6 +91,7 @@ HttpResponse ModelMetadataJson(const server::ModelMetadata& md) {
 // "/v2/models/a%2Fb/infer" -> {"v2", "models", "a/b", "infer"}; nullopt on a bad escape.
 std::optional<std::vector<std::string>> SplitPath(std::string_view path) {
   std::vector<std::string> out;
+  out.reserve(8);  // the longest route has 7 segments: one allocation
   size_t pos = 0;
   while (pos <= path.size()) {
     size_t slash = path.find('/', pos);
