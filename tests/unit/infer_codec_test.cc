@@ -4,6 +4,9 @@
 #include <cstring>
 #include <random>
 
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
 #include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -579,6 +582,87 @@ TEST(InferCodecTest, EnvelopeValuesReadAlikeOnBothPaths) {
         std::nullopt, nullptr);
     EXPECT_FALSE(a.ok()) << bad;
     EXPECT_FALSE(b.ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace inferd::http
+
+namespace inferd::http {
+namespace {
+
+// The header of an all-binary response is written by hand (the fast path); it must be the
+// text rapidjson's Writer gives for the same response, escapes included.
+TEST(SerializeInferResponseTest, BinaryOnlyHeaderIsRapidjsonsText) {
+  for (const std::string name : {std::string("plain"), std::string("q\"uo\\te/\x01\x1f\b\f\n\r\t"),
+                                 std::string("caf\xc3\xa9 \x7f"), std::string()}) {
+    core::InferResponse resp;
+    resp.model_name = "m" + name;
+    resp.model_version = 12;
+    resp.id = name.empty() ? "" : "id" + name;
+    static const std::string kBytes(24, '\x07');
+    resp.outputs.reserve(2);
+    auto& a = resp.outputs.emplace_back();
+    a.name = "A" + name;
+    a.datatype = DataType::kFp32;
+    a.shape = {2, 3};
+    a.data = kBytes;
+    auto& b = resp.outputs.emplace_back();
+    b.name = "B";
+    b.datatype = DataType::kBytes;
+    b.shape = {};
+    b.in_shared_memory = true;
+    OutputEncoding enc;
+    enc.binary_default = true;
+
+    rapidjson::StringBuffer buf;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+    w.StartObject();
+    w.Key("model_name");
+    w.String(resp.model_name.c_str(), resp.model_name.size());
+    w.Key("model_version");
+    w.String("12");
+    if (!resp.id.empty()) {
+      w.Key("id");
+      w.String(resp.id.c_str(), resp.id.size());
+    }
+    w.Key("outputs");
+    w.StartArray();
+    w.StartObject();
+    w.Key("name");
+    w.String(a.name.c_str(), a.name.size());
+    w.Key("datatype");
+    w.String("FP32");
+    w.Key("shape");
+    w.StartArray();
+    w.Int64(2);
+    w.Int64(3);
+    w.EndArray();
+    w.Key("parameters");
+    w.StartObject();
+    w.Key("binary_data_size");
+    w.Uint64(24);
+    w.EndObject();
+    w.EndObject();
+    w.StartObject();
+    w.Key("name");
+    w.String("B");
+    w.Key("datatype");
+    w.String("BYTES");
+    w.Key("shape");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+    w.EndArray();
+    w.EndObject();
+
+    HttpResponse http = SerializeInferResponse(resp, enc);
+    EXPECT_EQ(http.body, std::string(buf.GetString(), buf.GetSize()));
+    EXPECT_EQ(http.content_type, "application/octet-stream");
+    ASSERT_EQ(http.tail.size(), 1u);
+    EXPECT_EQ(http.tail[0], a.data);
+    ASSERT_EQ(http.headers.size(), 1u);
+    EXPECT_EQ(http.headers[0].second, std::to_string(http.body.size()));
   }
 }
 
