@@ -221,6 +221,20 @@ TEST_F(GpuDataPathTest, RegionInputReachesGpuInstanceWithoutCopyAndOutputGoesDev
   EXPECT_THAT(Region(32), ElementsAre(2, 3, 4, 5));
 }
 
+// Every edge copy (into the region, to the host for the body, a region input to the host)
+// leases its stream from the runtime's pool: one stream per device however many requests.
+TEST_F(GpuDataPathTest, EdgeCopiesReuseOneStreamPerDevice) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(Infer("gpu0", true, true).status, 200);
+    ASSERT_EQ(Infer("gpu0", true, false).status, 200);
+    ASSERT_EQ(Infer("gpu1", true, false).status, 200);
+  }
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 5);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 15);
+  EXPECT_EQ(gpus_->StreamsCreated(0), 1);
+  EXPECT_EQ(gpus_->StreamsCreated(1), 1);  // gpu1's outputs, to the host
+}
+
 TEST_F(GpuDataPathTest, GpuOutputInTheBodyIsCopiedToTheHostOnce) {
   HttpResponse r = Infer("gpu0", true, false);
   ASSERT_EQ(r.status, 200) << r.body;
