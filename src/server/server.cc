@@ -321,6 +321,10 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
   if (cached || classify || model.config().has_sequence_batching()) {
     request->gpu_outputs_ok = false;
   }
+  if (cached || classify) {
+    // The cache or the classification reads the outputs before the region: host bytes.
+    for (auto& o : request->outputs) o.gpu_region_on.reset();
+  }
   if (model.outputs_may_be_on_gpu() && !request->gpu_outputs_ok) {
     std::vector<std::string> to_region;
     if (!cached && !classify) {

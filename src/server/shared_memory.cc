@@ -238,7 +238,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
     std::string region;
   };
   std::vector<Target> targets;
-  for (const auto& out : request->outputs) {
+  for (auto& out : request->outputs) {
     if (!out.shm) continue;
     if (out.classification > 0) {
       return absl::InvalidArgumentError(inferd::StrCat(
@@ -246,6 +246,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
     }
     auto view = Resolve(*out.shm, inferd::StrCat("output '", out.name, "'"));
     if (!view.ok()) return view.status();
+    if (!view->place.OnHost()) out.gpu_region_on = view->place.device_id;
     targets.push_back({out.name, *std::move(view), out.shm->region});
   }
   if (targets.empty()) return absl::OkStatus();

@@ -35,8 +35,8 @@ std::vector<MemoryPlace> Seen() {
 }
 
 // `only_for_gpu_consumers`: as ONNX Runtime's CUDA instances, the output stays on the GPU
-// only for a request whose consumer reads GPU bytes (an ensemble's step), else it is written
-// to host memory.
+// only for a request whose consumer reads GPU bytes (an ensemble's step, a CUDA region on the
+// instance's GPU: backends::OutputMayStayOnGpu), else it is written to host memory.
 class GpuEchoInstance : public backends::ModelInstance {
  public:
   GpuEchoInstance(gpu::FakeRuntime* rt, int device, bool only_for_gpu_consumers)
@@ -53,7 +53,8 @@ class GpuEchoInstance : public backends::ModelInstance {
         seen.push_back(in.place);
       }
       // The fake's device memory is host memory: the "kernel" reads and writes it directly.
-      const bool on_gpu = !only_for_gpu_consumers_ || requests[r]->gpu_outputs_ok;
+      const bool on_gpu = !only_for_gpu_consumers_ ||
+                          backends::OutputMayStayOnGpu(*requests[r], "OUTPUT0", device_);
       std::shared_ptr<void> out_mem;
       char* y_bytes;
       if (on_gpu) {
@@ -441,6 +442,43 @@ TEST_F(GpuDataPathTest, EnsembleOutputIntoCudaRegion) {
   HttpResponse r = Infer("gpu0_gpu0", true, true);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_THAT(Region(32), ElementsAre(3, 4, 5, 6));
+  // The ensemble's output stays on GPU 0 for the region there: no trip through the host.
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 1);  // the input: an ensemble takes host bytes
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
+}
+
+// An instance that answers on the GPU only for consumers reading GPU bytes (ONNX Runtime's CUDA
+// instances) leaves a client's output there when it goes into a CUDA region on its GPU: one
+// device-to-device copy instead of device-to-host + host-to-device.
+TEST_F(GpuDataPathTest, OutputForACudaRegionOnTheInstancesGpuStaysOnIt) {
+  HttpResponse r = Infer("gpu0s", true, true);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(Region(32), ElementsAre(2, 3, 4, 5));
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 0);
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
+}
+
+TEST_F(GpuDataPathTest, OutputForACudaRegionOnAnotherGpuComesBackToTheHost) {
+  std::unique_ptr<gpu::DeviceBuffer> on1 = *gpus_->AllocateDevice(1, 16);
+  ASSERT_EQ(Call("POST", "/v2/cudasharedmemory/region/out1/register",
+                 R"({"raw_handle": {"b64": ")" + absl::Base64Escape(gpus_->ExportIpcHandle(*on1)) +
+                     R"("}, "device_id": 1, "byte_size": 16})")
+                .status,
+            200);
+  HttpResponse r = Call(
+      "POST", "/v2/models/gpu0s/infer",
+      R"({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}],)"
+      R"( "outputs": [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "out1",)"
+      R"( "shared_memory_byte_size": 16}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 1);  // host output, up into the region
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 0);
+  std::vector<float> v(4);
+  std::memcpy(v.data(), on1->data(), 16);
+  EXPECT_THAT(v, ElementsAre(2, 3, 4, 5));
+  ASSERT_EQ(Call("POST", "/v2/cudasharedmemory/region/out1/unregister").status, 200);
 }
 
 // The edge functions alone: host tensors are left alone (no copy, no allocation).
@@ -462,6 +500,26 @@ TEST(TensorPlacesTest, HostTensorsUntouched) {
   EXPECT_TRUE(backends::MakeOutputsHostReadable(rt.get(), &resp));
   EXPECT_EQ(resp.outputs[0].holder, nullptr);
   EXPECT_EQ(rt->CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+}
+
+TEST(TensorPlacesTest, OutputMayStayOnGpuForEnsembleStepsAndCudaRegionsOnThatGpu) {
+  core::InferRequest all;  // every output, in the body
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(all, "y", 0));
+  core::InferRequest step;
+  step.gpu_outputs_ok = true;
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(step, "y", 0));
+  core::InferRequest region;
+  region.outputs.push_back(core::RequestedOutput{.name = "y", .gpu_region_on = 1});
+  region.outputs.push_back(core::RequestedOutput{.name = "z"});
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(region, "y", 1));
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(region, "y", 0));  // a region on another GPU
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(region, "z", 1));  // in the body
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(region, "w", 1));   // not asked for
+  std::vector<core::InferRequest*> batch = {&step, &region};
+  EXPECT_TRUE(backends::BatchOutputMayStayOnGpu(batch, "y", 1));
+  batch.push_back(&all);
+  EXPECT_FALSE(backends::BatchOutputMayStayOnGpu(batch, "y", 1));
+  EXPECT_FALSE(backends::BatchOutputMayStayOnGpu({}, "y", 1));
 }
 
 TEST(TensorPlacesTest, BytesInputOnGpuAlwaysComesToHost) {

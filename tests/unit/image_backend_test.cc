@@ -837,6 +837,32 @@ TEST(ImageBackendGpuTest, EnsembleStepsKeepTheOutputOnTheGpu) {
   EXPECT_FALSE(more.Instance(keep, false)->OutputsMayBeOnGpu());
 }
 
+// A client's request that wants the output in a CUDA shared-memory region on the instance's GPU
+// (RequestedOutput::gpu_region_on, set by the server) gets it on the GPU too: the server then
+// copies it device-to-device into the region, instead of a download here and an upload there.
+TEST(ImageBackendGpuTest, OutputForACudaRegionOnItsGpuStaysThere) {
+  const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) + kFp32Chw);
+  FakeGpus gpus;
+  auto gpu = gpus.Instance(cfg, true);
+  ASSERT_NE(gpu, nullptr);
+  std::mt19937 rng(9);
+  std::vector<Batch> b = TwoBatches({{RandomRgbJpeg(rng, 64, 48)}, {RgbPng(10, 30)}});
+  for (auto& r : b[0].requests) {
+    r->outputs.push_back(core::RequestedOutput{.name = "OUT", .gpu_region_on = 1});
+  }
+  b[0].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+  for (const auto& resp : b[0].responses) {
+    ASSERT_TRUE(resp->status.ok()) << resp->status;
+    EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Gpu(1));
+  }
+  // A region on another GPU (or one request of the batch wanting host bytes): downloaded once.
+  b[1].requests[0]->outputs.push_back(core::RequestedOutput{.name = "OUT", .gpu_region_on = 0});
+  b[1].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 1);
+  for (const auto& resp : b[1].responses) EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Host());
+}
+
 TEST(ImageBackendGpuTest, BadImageFailsOnlyItsRequestAndLaunchErrorsFailTheBatch) {
   const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) +
                           "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 4, 4, 3 ] } ] ");
