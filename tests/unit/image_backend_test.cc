@@ -503,8 +503,8 @@ TEST(ImageSettingsTest, BadParametersNameTheParameterAndValue) {
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
                     "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 3, 8, 8 ] } ] " +
                     Param("mean", "0.5")),
-            "model 'pre': parameter 'mean' ('0.5') applies only to a TYPE_FP32 output; output "
-            "'OUT' is TYPE_UINT8 (resized pixels, not normalized)");
+            "model 'pre': parameter 'mean' ('0.5') applies only to a TYPE_FP32 or TYPE_FP16 "
+            "output; output 'OUT' is TYPE_UINT8 (resized pixels, not normalized)");
 }
 
 TEST(ImageSettingsTest, BadTensorsAreNamed) {
@@ -514,8 +514,8 @@ TEST(ImageSettingsTest, BadTensorsAreNamed) {
             "bytes) or TYPE_STRING with dims [1] (one encoded image per element), got TYPE_UINT8 "
             "with dims [3]");
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
-                    "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 3, 8, 8 ] } ] "),
-            "model 'pre': output 'OUT' must be TYPE_FP32 or TYPE_UINT8, got TYPE_FP16");
+                    "output [ { name: \"OUT\" data_type: TYPE_FP64 dims: [ 3, 8, 8 ] } ] "),
+            "model 'pre': output 'OUT' must be TYPE_FP32, TYPE_FP16 or TYPE_UINT8, got TYPE_FP64");
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
                     "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3, 8, 3 ] } ] "),
             "model 'pre': output 'OUT' dims [3,8,3] fit both NCHW and NHWC; set parameter "
@@ -727,6 +727,9 @@ TEST(ImageBackendGpuTest, GpuInstanceAnswersTheCpuInstancesBytes) {
   };
   const std::string fp32 = "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3, 24, 16 ] } ] ";
   const std::string u8 = "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 12, 20, 3 ] } ] ";
+  const std::string fp16 = "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 3, 24, 16 ] } ] ";
+  const std::string fp16_hwc =
+      "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 24, 16, 3 ] } ] ";
   const std::vector<std::string> settings = {
       fp32,
       fp32 + Param("mean", "0.485,0.456,0.406") + Param("std", "0.229,0.224,0.225"),
@@ -736,6 +739,9 @@ TEST(ImageBackendGpuTest, GpuInstanceAnswersTheCpuInstancesBytes) {
       fp32 + Param("interpolation", "nearest") + Param("channel_order", "BGR"),
       u8,
       u8 + Param("resize_mode", "shorter_side_center_crop") + Param("interpolation", "nearest"),
+      fp16 + Param("mean", "0.485,0.456,0.406") + Param("std", "0.229,0.224,0.225"),
+      fp16_hwc + Param("resize_mode", "shorter_side_center_crop") + Param("scale", "1") +
+          Param("mean", "100") + Param("std", "3") + Param("channel_order", "BGR"),
   };
   for (const std::string& setting : settings) {
     SCOPED_TRACE(setting);
