@@ -50,6 +50,23 @@ bool MakeOutputsHostReadable(gpu::Runtime* gpus, core::InferResponse* response,
   return true;
 }
 
+bool OutputMayStayOnGpu(const core::InferRequest& request, std::string_view name, int device) {
+  if (request.gpu_outputs_ok || request.outputs.empty()) return request.gpu_outputs_ok;
+  for (const auto& o : request.outputs) {
+    if (o.name == name) return o.gpu_region_on.has_value() && *o.gpu_region_on == device;
+  }
+  return true;  // not asked for: never handed to this request
+}
+
+bool BatchOutputMayStayOnGpu(std::span<core::InferRequest* const> requests, std::string_view name,
+                             int device) {
+  if (requests.empty()) return false;
+  for (const core::InferRequest* r : requests) {
+    if (!OutputMayStayOnGpu(*r, name, device)) return false;
+  }
+  return true;
+}
+
 bool MakeOutputsHostReadable(gpu::Runtime* gpus, core::InferResponse* response) {
   return MakeOutputsHostReadable(gpus, response, [](const core::OutputTensor&) { return false; });
 }

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <optional>
+#include <span>
+#include <string_view>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -43,6 +45,17 @@ absl::Status PlaceInputsFor(gpu::Runtime* gpus, core::InferRequest* request,
 bool MakeOutputsHostReadable(gpu::Runtime* gpus, core::InferResponse* response,
                              absl::FunctionRef<bool(const core::OutputTensor&)> keep_on_gpu);
 bool MakeOutputsHostReadable(gpu::Runtime* gpus, core::InferResponse* response);
+
+// Whether an instance on GPU `device` may leave output `name` of `request` in its device memory:
+// the request's consumer reads GPU bytes (an ensemble's step, InferRequest::gpu_outputs_ok),
+// the output goes into a CUDA shared-memory region on that GPU (RequestedOutput::
+// gpu_region_on: one device-to-device copy at the edge instead of device-to-host and
+// host-to-device), or the request does not ask for the output at all.
+bool OutputMayStayOnGpu(const core::InferRequest& request, std::string_view name, int device);
+// The same for every request of a batch (false for an empty batch): the batch's output is one
+// buffer, on the GPU or on the host for all of them.
+bool BatchOutputMayStayOnGpu(std::span<core::InferRequest* const> requests, std::string_view name,
+                             int device);
 
 // True when some output of `response` is on a GPU: the branch the callers take before the
 // copies above, cheap enough for every response.

@@ -53,6 +53,11 @@ struct RequestedOutput {
   int64_t classification = 0;
   // Write this output into shared memory instead of the response body.
   std::optional<SharedMemoryRef> shm;
+  // Set by the server when `shm` is a CUDA shared-memory region on GPU n and nothing reads the
+  // output between the instance and the region (no response cache, no classification): an
+  // instance on GPU n may leave the output in its device memory, and the server copies it
+  // device-to-device into the region (backends/tensor_places.h OutputMayStayOnGpu).
+  std::optional<int> gpu_region_on;
 };
 
 // Monotonic nanosecond timestamps of one request's life, for the statistics extension.

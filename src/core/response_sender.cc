@@ -34,6 +34,10 @@ absl::Status ResponseSender::Send(std::unique_ptr<InferResponse> response, bool 
     if (response->model_name.empty()) response->model_name = model_name_;
     if (response->model_version < 0) response->model_version = model_version_;
     if (response->id.empty()) response->id = request_id_;
+    // Outside the lock: an edge may copy from a GPU. Skipped once closed (refused below).
+    if (!closed()) {
+      for (auto it = edges_.rbegin(); it != edges_.rend(); ++it) (*it)(response.get());
+    }
   }
   ResponseCallback done;
   {

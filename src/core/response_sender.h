@@ -32,8 +32,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
@@ -50,6 +52,17 @@ class ResponseSender {
   ~ResponseSender();
   ResponseSender(const ResponseSender&) = delete;
   ResponseSender& operator=(const ResponseSender&) = delete;
+
+  // What the server does to every response before the client's sink sees it: the output
+  // edge (GPU outputs made host-readable, outputs copied into shared-memory regions), the same
+  // functions a request that answers once passes through its `on_complete` wrappers. Edges
+  // run in the reverse order of their addition, as those wrappers do (the one installed last
+  // runs first), on the thread that calls Send, and must be idempotent: the one response of a
+  // decoupled model whose backend does not stream passes them twice (on_complete, then Send).
+  // Set-up only: called by the server before the request is queued, never once the sender is
+  // shared with a backend.
+  using Edge = std::function<void(InferResponse*)>;
+  void AddEdge(Edge edge) { edges_.push_back(std::move(edge)); }
 
   // A response already stamped with the request's model, version and id.
   std::unique_ptr<InferResponse> MakeResponse() const;
@@ -92,6 +105,7 @@ class ResponseSender {
   std::atomic<bool> cancelled_{false};
   std::shared_ptr<CancellationToken> cancel_;
   std::atomic<uint64_t> sent_{0};
+  std::vector<Edge> edges_;  // written before the sender is shared, then only read
 };
 
 // Called by the server for a request to a decoupled model, before it is queued: creates the

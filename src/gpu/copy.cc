@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/strings.h"
+#include "gpu/stream_pool.h"
 
 namespace inferd::gpu {
 namespace {
@@ -111,14 +112,13 @@ absl::Status CopyNow(Runtime* runtime, void* dst, MemoryPlace dst_place, const v
   }
   const int device = dst_place.OnHost() ? src_place.device_id : dst_place.device_id;
   if (absl::Status st = CheckGpu(*runtime, MemoryPlace::Gpu(device)); !st.ok()) return st;
-  absl::StatusOr<std::unique_ptr<Stream>> stream = runtime->CreateStream(device);
-  if (!stream.ok()) return stream.status();
-  if (absl::Status st =
-          CopyBetween(*runtime, dst, dst_place, src, src_place, bytes, stream->get());
-      !st.ok()) {
-    return st;
-  }
-  return (*stream)->Synchronize();
+  absl::StatusOr<StreamPool::Lease> lease = runtime->EdgeStreams().Acquire(device);
+  if (!lease.ok()) return lease.status();
+  absl::Status st =
+      CopyBetween(*runtime, dst, dst_place, src, src_place, bytes, &lease->stream());
+  if (st.ok()) st = lease->stream().Synchronize();
+  if (!st.ok()) lease->Discard();
+  return st;
 }
 
 absl::StatusOr<PlacedBuffer> CopyToPlaceNow(Runtime* runtime, std::string_view src,

@@ -62,8 +62,8 @@ absl::StatusOr<PlacedBuffer> CopyToPlace(Runtime& runtime, std::string_view src,
 
 // CopyBetween done by the time it returns, for an edge that has no stream of its own (the
 // server copying a tensor between a CUDA shared-memory region, an instance and the host): a
-// copy with a GPU end runs on a stream created on the GPU end's device (either, for GPU to
-// GPU) and waited for. `runtime` may be null when both places are on the host. Errors as
+// copy with a GPU end runs on a stream of the GPU end's device (the destination's, for GPU to
+// GPU) leased from runtime->EdgeStreams() and waited for (gpu/stream_pool.h). `runtime` may be null when both places are on the host. Errors as
 // CopyBetween, INTERNAL for a GPU place without a runtime.
 absl::Status CopyNow(Runtime* runtime, void* dst, MemoryPlace dst_place, const void* src,
                      MemoryPlace src_place, size_t bytes);

@@ -59,7 +59,8 @@ FakeRuntime::FakeRuntime(std::vector<DeviceProperties> devices, std::string unav
         return std::move(devices);
       }()),
       unavailable_reason_(std::move(unavailable_reason)),
-      used_bytes_(devices_.size(), 0) {}
+      used_bytes_(devices_.size(), 0),
+      streams_created_(devices_.size(), 0) {}
 
 std::unique_ptr<FakeRuntime> FakeRuntime::WithDevices(int n, int major, int minor,
                                                       uint64_t memory_bytes) {
@@ -102,7 +103,17 @@ absl::StatusOr<MemoryInfo> FakeRuntime::GetMemoryInfo(int device) const {
 
 absl::StatusOr<std::unique_ptr<Stream>> FakeRuntime::CreateStream(int device) {
   if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  {
+    inferd::MutexLock lock(&mu_);
+    ++streams_created_[device];
+  }
   return std::make_unique<FakeStream>(device);
+}
+
+int FakeRuntime::StreamsCreated(int device) const {
+  if (device < 0 || device >= DeviceCount()) return 0;
+  inferd::MutexLock lock(&mu_);
+  return streams_created_[device];
 }
 
 absl::StatusOr<std::unique_ptr<PinnedBuffer>> FakeRuntime::AllocatePinned(size_t bytes) {

@@ -49,6 +49,8 @@ class FakeRuntime : public Runtime {
 
   // Copies made so far with `kind`.
   int CopyCount(CopyKind kind) const;
+  // Streams CreateStream made so far on `device` (0 for one that does not exist).
+  int StreamsCreated(int device) const;
 
   // Called by a fake DeviceBuffer's destructor.
   void Release(int device, const void* data, size_t bytes);
@@ -70,6 +72,7 @@ class FakeRuntime : public Runtime {
   std::vector<uint64_t> used_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Allocation> allocations_ ABSL_GUARDED_BY(mu_);  // live fake device memory
   int copies_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};             // by CopyKind
+  std::vector<int> streams_created_ ABSL_GUARDED_BY(mu_);     // by device
   std::vector<const void*> open_ipc_ ABSL_GUARDED_BY(mu_);     // IpcOpenMemHandle's results
 };
 

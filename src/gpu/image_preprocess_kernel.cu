@@ -22,6 +22,9 @@ __global__ void ImagePreprocessKernel(const uint8_t* __restrict__ pixels,
   if (index >= total) return;
   if (params.uint8_output) {
     static_cast<uint8_t*>(out)[index] = math::Uint8Element(pixels, params, index);
+  } else if (params.fp16_output) {
+    // binary16 bits, as a __half holds them (HalfBits rounds as __float2half_rn does).
+    static_cast<uint16_t*>(out)[index] = math::Fp16Element(pixels, params, index);
   } else {
     static_cast<float*>(out)[index] = math::Fp32Element(pixels, params, index);
   }

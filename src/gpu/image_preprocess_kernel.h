@@ -20,7 +20,7 @@ namespace inferd::gpu {
 bool ImagePreprocessKernelBuilt();
 
 // Queues, on `stream`, one item of the output: `params.out_height * params.out_width * 3`
-// elements (FP32, or UINT8 when params.uint8_output) written to `device_out`, from the decoded
+// elements (FP32, UINT8 when params.uint8_output, FP16 bits when params.fp16_output) written to `device_out`, from the decoded
 // HWC image `device_pixels` (params.src_height x params.src_width x 3 uint8, packed rows). Both
 // pointers are device memory on the stream's device and must stay valid until the stream is
 // synchronized. INVALID_ARGUMENT for sizes that are not positive, UNIMPLEMENTED without CUDA

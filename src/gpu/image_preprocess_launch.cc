@@ -81,6 +81,8 @@ absl::Status ImagePreprocessOnHost(const uint8_t* pixels,
   for (int64_t index = 0; index < total; ++index) {
     if (params.uint8_output) {
       static_cast<uint8_t*>(out)[index] = image_math::Uint8Element(pixels, params, index);
+    } else if (params.fp16_output) {
+      static_cast<uint16_t*>(out)[index] = image_math::Fp16Element(pixels, params, index);
     } else {
       static_cast<float*>(out)[index] = image_math::Fp32Element(pixels, params, index);
     }

@@ -9,12 +9,17 @@
 // image_transform.cc with -ffp-contract=off, or the GPU test, KernelEqualsCpuBitForBit, fails). Everything else is integer arithmetic. So a value computed here on
 // the host equals the one the kernel computes, and both equal the CPU path's, bit for bit.
 //
-// Plain C++17, no includes beyond <cstdint>/<cmath>: nvcc compiles it without Abseil.
+// The FP16 output is the FP32 value rounded to the nearest half, ties to even (HalfBits):
+// integer arithmetic on the float's bits, the same on both sides, so FP16 agrees bit for bit
+// too (and equals CUDA's __float2half_rn, which rounds the same way).
+//
+// Plain C++17, no includes beyond <cstdint>/<cmath>/<cstring>: nvcc compiles it without Abseil.
 #ifndef INFERD_GPU_IMAGE_PREPROCESS_MATH_H_
 #define INFERD_GPU_IMAGE_PREPROCESS_MATH_H_
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define INFERD_HOST_DEVICE __host__ __device__
@@ -140,6 +145,46 @@ INFERD_HOST_DEVICE inline uint8_t ToUint8(float v) {
   return static_cast<uint8_t>(r);
 }
 
+// IEEE binary16 bits of `v` rounded to nearest, ties to even (IEEE 754's default rounding, and
+// numpy's float32 -> float16): overflow (|v| >= 65520) gives infinity, values below half the
+// smallest subnormal give signed zero, NaN stays NaN. Integer arithmetic only (numpy's
+// npy_floatbits_to_halfbits), so host and device give the same bits.
+INFERD_HOST_DEVICE inline uint16_t HalfBits(float v) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t f = __float_as_uint(v);
+#else
+  uint32_t f;
+  std::memcpy(&f, &v, sizeof f);
+#endif
+  const uint16_t sign = static_cast<uint16_t>((f & 0x80000000u) >> 16);
+  const uint32_t exp = f & 0x7f800000u;
+  if (exp >= 0x47800000u) {  // |v| >= 2^16: infinity, or NaN / infinity already
+    const uint32_t sig = f & 0x007fffffu;
+    if (exp == 0x7f800000u && sig != 0) {
+      uint16_t nan = static_cast<uint16_t>(0x7c00u + (sig >> 13));
+      if (nan == 0x7c00u) ++nan;  // a payload only in the low bits: still a NaN
+      return static_cast<uint16_t>(sign + nan);
+    }
+    return static_cast<uint16_t>(sign + 0x7c00u);
+  }
+  if (exp <= 0x38000000u) {  // |v| < 2^-14: a subnormal half or zero
+    if (exp < 0x33000000u) return sign;  // below half the smallest subnormal
+    const uint32_t e = exp >> 23;
+    uint32_t sig = 0x00800000u + (f & 0x007fffffu);
+    // Shifted so that the half's last bit is bit 13; up to 11 bits fall off the end, which
+    // the tie test below takes back from `f`.
+    sig >>= (113 - e);
+    if ((sig & 0x00003fffu) != 0x00001000u || (f & 0x000007ffu) != 0) sig += 0x00001000u;
+    // A carry into the exponent gives the smallest normal: right.
+    return static_cast<uint16_t>(sign + (sig >> 13));
+  }
+  const uint32_t half_exp = (exp - 0x38000000u) >> 13;
+  uint32_t sig = f & 0x007fffffu;
+  if ((sig & 0x00003fffu) != 0x00001000u) sig += 0x00001000u;  // not an exact tie to even
+  // A carry into the exponent is right, up to infinity at 65520.
+  return static_cast<uint16_t>(sign + (sig >> 13) + half_exp);
+}
+
 // Where channel `c` of output pixel `pixel` (= y * width + x) lies in one item of the output.
 INFERD_HOST_DEVICE inline int64_t OutputIndex(bool nchw, int c, int64_t pixel, int64_t plane) {
   return nchw ? c * plane + pixel : pixel * 3 + c;
@@ -160,7 +205,8 @@ struct PreprocessParams {
   int crop_top = 0;
   bool nearest = false;
   bool nchw = true;
-  bool uint8_output = false;  // else FP32
+  bool uint8_output = false;  // else FP32 (or FP16 with fp16_output)
+  bool fp16_output = false;   // the FP32 value rounded to half (HalfBits)
   int source_channel[3] = {0, 1, 2};  // output channel c reads source channel source_channel[c]
   float mul[3] = {1.0f, 1.0f, 1.0f};
   float add[3] = {0.0f, 0.0f, 0.0f};
@@ -202,6 +248,12 @@ INFERD_HOST_DEVICE inline float Fp32Element(const uint8_t* pixels, const Preproc
                                                    p.out_width))
                        : static_cast<int>(index % 3);
   return Normalize(ResizedValue(pixels, p, index), p.mul[c], p.add[c]);
+}
+
+// The FP16 output: the FP32 element rounded to half, as binary16 bits.
+INFERD_HOST_DEVICE inline uint16_t Fp16Element(const uint8_t* pixels, const PreprocessParams& p,
+                                               int64_t index) {
+  return HalfBits(Fp32Element(pixels, p, index));
 }
 
 INFERD_HOST_DEVICE inline uint8_t Uint8Element(const uint8_t* pixels, const PreprocessParams& p,

@@ -1,6 +1,15 @@
 #include "gpu/runtime.h"
 
+#include "gpu/stream_pool.h"
+
 namespace inferd::gpu {
+
+// The pool only keeps a reference: it calls CreateStream on first use, once `this` is whole.
+Runtime::Runtime() : edge_streams_(std::make_unique<StreamPool>(*this, kEdgeStreamsPerDevice)) {}
+
+// Pooled streams are destroyed here, after the derived runtime's destructor: a stream's
+// destructor must not need the runtime (CUDA's and the fake's do not).
+Runtime::~Runtime() = default;
 
 std::vector<DeviceProperties> ListDevices(const Runtime& runtime) {
   std::vector<DeviceProperties> devices;

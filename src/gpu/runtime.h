@@ -75,10 +75,17 @@ enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 // cudaIpcGetMemHandle and sends in the CUDA shared-memory extension's `raw_handle`.
 inline constexpr size_t kIpcHandleBytes = 64;
 
+class StreamPool;  // gpu/stream_pool.h
+
+// Streams per device in a runtime's EdgeStreams(): GPUs have one or two copy engines per
+// direction, so more concurrent edge copies per device than this would not finish sooner.
+inline constexpr int kEdgeStreamsPerDevice = 4;
+
 // Thread-safe: every method may be called from any thread.
 class Runtime {
  public:
-  virtual ~Runtime() = default;
+  Runtime();
+  virtual ~Runtime();
 
   // "cuda", "fake" or "none".
   virtual std::string name() const = 0;
@@ -109,6 +116,13 @@ class Runtime {
   virtual absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) = 0;
   // Unmaps what IpcOpenMemHandle(device, ...) returned.
   virtual absl::Status IpcCloseMemHandle(int device, void* ptr) = 0;
+
+  // The streams of the copies made at the server's edges (CopyNow), reused from copy to copy:
+  // at most kEdgeStreamsPerDevice per device, created on first use by CreateStream.
+  StreamPool& EdgeStreams() { return *edge_streams_; }
+
+ private:
+  const std::unique_ptr<StreamPool> edge_streams_;
 };
 
 // Every device's properties, in id order; empty where there is none.

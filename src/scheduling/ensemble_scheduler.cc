@@ -405,9 +405,13 @@ void EnsembleScheduler::Finish(Context* ctx) {
       response->outputs.push_back(std::move(out));
     }
   }
-  // The edge: a consumer that reads host bytes gets them (backends/tensor_places.h).
+  // The edge: a consumer that reads host bytes gets them (backends/tensor_places.h); an output
+  // bound for a CUDA region on the GPU it is on stays there (copied device-to-device into it).
   if (!ctx->request->gpu_outputs_ok && backends::AnyOutputOnGpu(*response) &&
-      !backends::MakeOutputsHostReadable(gpus_, response.get())) {
+      !backends::MakeOutputsHostReadable(
+          gpus_, response.get(), [&](const core::OutputTensor& o) {
+            return backends::OutputMayStayOnGpu(*ctx->request, o.name, o.place.device_id);
+          })) {
     Fail(ctx, response->status);
     return;
   }

@@ -321,6 +321,10 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
   if (cached || classify || model.config().has_sequence_batching()) {
     request->gpu_outputs_ok = false;
   }
+  if (cached || classify) {
+    // The cache or the classification reads the outputs before the region: host bytes.
+    for (auto& o : request->outputs) o.gpu_region_on.reset();
+  }
   if (model.outputs_may_be_on_gpu() && !request->gpu_outputs_ok) {
     std::vector<std::string> to_region;
     if (!cached && !classify) {
@@ -328,14 +332,20 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
         if (o.shm) to_region.push_back(o.name);
       }
     }
-    request->on_complete = [gpus = options_.gpus, to_region = std::move(to_region),
-                            next = std::move(request->on_complete)](
-                               std::unique_ptr<core::InferResponse> response) {
+    auto edge = [gpus = options_.gpus,
+                 to_region = std::move(to_region)](core::InferResponse* response) {
       if (backends::AnyOutputOnGpu(*response)) {
-        backends::MakeOutputsHostReadable(gpus, response.get(), [&](const core::OutputTensor& o) {
+        backends::MakeOutputsHostReadable(gpus, response, [&](const core::OutputTensor& o) {
           return std::find(to_region.begin(), to_region.end(), o.name) != to_region.end();
         });
       }
+    };
+    // A decoupled model's responses reach the client through its sender, not on_complete:
+    // the same edge runs there, before the sender's (shared-memory) edge.
+    if (request->response_sender != nullptr) request->response_sender->AddEdge(edge);
+    request->on_complete = [edge = std::move(edge), next = std::move(request->on_complete)](
+                               std::unique_ptr<core::InferResponse> response) {
+      edge(response.get());
       next(std::move(response));
     };
   }

@@ -10,6 +10,7 @@
 
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "core/response_sender.h"
 #include "gpu/copy.h"
 #include "gpu/cuda_shared_memory.h"
 
@@ -237,7 +238,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
     std::string region;
   };
   std::vector<Target> targets;
-  for (const auto& out : request->outputs) {
+  for (auto& out : request->outputs) {
     if (!out.shm) continue;
     if (out.classification > 0) {
       return absl::InvalidArgumentError(inferd::StrCat(
@@ -245,16 +246,19 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
     }
     auto view = Resolve(*out.shm, inferd::StrCat("output '", out.name, "'"));
     if (!view.ok()) return view.status();
+    if (!view->place.OnHost()) out.gpu_region_on = view->place.device_id;
     targets.push_back({out.name, *std::move(view), out.shm->region});
   }
   if (targets.empty()) return absl::OkStatus();
-  // Runs on the completing thread, before the frontend serializes: copy each output into its
-  // region and leave only its description in the response.
-  request->on_complete = [gpus = gpus_, targets = std::move(targets),
-                          next = std::move(request->on_complete)](
-                             std::unique_ptr<core::InferResponse> response) {
+  // Runs on the completing thread (for a decoupled model, on the thread sending each response),
+  // before the frontend serializes: copy each output into its region and leave only its
+  // description in the response. Idempotent (core/response_sender.h): an output already in
+  // its region is skipped.
+  auto copy_to_regions = [gpus = gpus_, targets = std::move(targets)](
+                             core::InferResponse* response) {
     if (response->status.ok()) {
       for (auto& out : response->outputs) {
+        if (out.in_shared_memory) continue;
         for (const auto& t : targets) {
           if (t.name != out.name) continue;
           if (out.data.size() > t.view.size) {
@@ -274,12 +278,19 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
           }
           out.data = {};
           out.holder.reset();
+          out.place = MemoryPlace::Host();  // no bytes left to place
           out.in_shared_memory = true;
         }
         if (!response->status.ok()) break;
       }
       if (!response->status.ok()) response->outputs.clear();
     }
+  };
+  if (request->response_sender != nullptr) request->response_sender->AddEdge(copy_to_regions);
+  request->on_complete = [copy_to_regions = std::move(copy_to_regions),
+                          next = std::move(request->on_complete)](
+                             std::unique_ptr<core::InferResponse> response) {
+    copy_to_regions(response.get());
     next(std::move(response));
   };
   return absl::OkStatus();

@@ -65,6 +65,13 @@ MODELS = {
                                     mean=",".join(map(str, IMAGENET_MEAN)),
                                     std=",".join(map(str, IMAGENET_STD)))
                        + "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"),
+    # The same with a TYPE_FP16 output: the FP32 value rounded to half, ties to even.
+    "preprocess_fp16": dict(max_batch=8, input_type="TYPE_UINT8", output_type="TYPE_FP16",
+                            dims=[3, 224, 224],
+                            extra=params(resize_mode="shorter_side_center_crop",
+                                         resize_shorter=256,
+                                         mean=",".join(map(str, IMAGENET_MEAN)),
+                                         std=",".join(map(str, IMAGENET_STD)))),
     "pre_nhwc_bgr": dict(max_batch=4, input_type="TYPE_UINT8", output_type="TYPE_FP32",
                          dims=[96, 128, 3],
                          extra=params(channel_order="BGR", mean="0.5", std="0.25")),
@@ -275,6 +282,22 @@ def test_resnet_preprocess_batch_of_four_mixed(image_server):
     out = outputs_of(run(image_server, "preprocess", images))
     assert out.shape == (4, 3, 224, 224) and out.dtype == np.float32
     check("preprocess", images, out)
+
+
+def test_fp16_output_is_the_fp32_output_rounded_by_numpy(image_server):
+    # numpy's float32 -> float16 rounds to nearest, ties to even: exactly what the server must
+    # give, on the CPU as on the GPU (the kernel shares the conversion).
+    images = [jpeg(640, 480, 14), png(300, 200, 15), jpeg(200, 300, 16, gray=True)]
+    fp32 = outputs_of(run(image_server, "preprocess", images))
+    fp16 = outputs_of(run(image_server, "preprocess_fp16", images))
+    assert fp16.shape == (3, 3, 224, 224) and fp16.dtype == np.float16
+    np.testing.assert_array_equal(fp16.view(np.uint16), fp32.astype(np.float16).view(np.uint16))
+    # And within half precision of the float64 reference (values are O(1): |err| <= 2^-11 * |v|
+    # plus the FP32 tolerance).
+    for i, data in enumerate(images):
+        want = reference("preprocess", data)
+        err = np.abs(fp16[i].astype(np.float64) - want)
+        assert (err <= np.abs(want) * 2.0 ** -11 + 1e-4).all(), f"item {i}: max {err.max()}"
 
 
 def test_nhwc_bgr_stretch(image_server):

@@ -5,10 +5,13 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/infer_request.h"
 #include "gmock/gmock.h"
 #include "gpu/fake_runtime.h"
+#include "gpu/stream_pool.h"
 #include "gtest/gtest.h"
 
 namespace inferd::gpu {
@@ -135,6 +138,112 @@ TEST(CopyBetweenTest, AHostPointerPassedAsGpuMemoryIsCaughtByTheFake) {
                                 MemoryPlace::Host(), kBytes.size(), s0->get());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("the destination is not"));
+}
+
+// The edge copies (CopyNow) lease their streams from the runtime's pool: copy after copy on a
+// device reuses one stream instead of creating and destroying a stream per copy.
+TEST(CopyNowTest, SequentialEdgeCopiesReuseOneStreamPerDevice) {
+  auto rt = FakeRuntime::WithDevices(2);
+  auto gpu0 = PlacedBuffer::Allocate(*rt, MemoryPlace::Gpu(0), kBytes.size());
+  auto gpu1 = PlacedBuffer::Allocate(*rt, MemoryPlace::Gpu(1), kBytes.size());
+  ASSERT_TRUE(gpu0.ok() && gpu1.ok());
+  char back[16] = {};
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(CopyNow(rt.get(), gpu0->data(), MemoryPlace::Gpu(0), kBytes.data(),
+                        MemoryPlace::Host(), kBytes.size())
+                    .ok());
+    ASSERT_TRUE(CopyNow(rt.get(), gpu1->data(), MemoryPlace::Gpu(1), gpu0->data(),
+                        MemoryPlace::Gpu(0), kBytes.size())
+                    .ok());
+    ASSERT_TRUE(CopyNow(rt.get(), back, MemoryPlace::Host(), gpu1->data(), MemoryPlace::Gpu(1),
+                        kBytes.size())
+                    .ok());
+    auto placed = CopyToPlaceNow(rt.get(), gpu0->view(), MemoryPlace::Gpu(0), MemoryPlace::Host());
+    ASSERT_TRUE(placed.ok()) << placed.status();
+  }
+  EXPECT_EQ(std::string_view(back, sizeof back), kBytes);
+  EXPECT_EQ(rt->CopyCount(CopyKind::kHostToDevice), 10);
+  EXPECT_EQ(rt->CopyCount(CopyKind::kDeviceToDevice), 10);
+  EXPECT_EQ(rt->CopyCount(CopyKind::kDeviceToHost), 20);
+  EXPECT_EQ(rt->StreamsCreated(0), 1);
+  EXPECT_EQ(rt->StreamsCreated(1), 1);  // the GPU-to-GPU copy ran on the destination's
+}
+
+TEST(CopyNowTest, AFailedCopyDropsItsStream) {
+  auto rt = FakeRuntime::WithDevices(1);
+  char host[16];
+  // Host memory claimed to be on GPU 0: the fake refuses the copy; the stream that saw the
+  // error is not handed to the next copy.
+  EXPECT_FALSE(
+      CopyNow(rt.get(), host, MemoryPlace::Host(), kBytes.data(), MemoryPlace::Gpu(0), 16).ok());
+  auto gpu0 = PlacedBuffer::Allocate(*rt, MemoryPlace::Gpu(0), kBytes.size());
+  ASSERT_TRUE(CopyNow(rt.get(), gpu0->data(), MemoryPlace::Gpu(0), kBytes.data(),
+                      MemoryPlace::Host(), kBytes.size())
+                  .ok());
+  ASSERT_TRUE(CopyNow(rt.get(), gpu0->data(), MemoryPlace::Gpu(0), kBytes.data(),
+                      MemoryPlace::Host(), kBytes.size())
+                  .ok());
+  EXPECT_EQ(rt->StreamsCreated(0), 2);
+}
+
+// Several threads copying at once each get a stream of their own (never more than the pool's
+// bound), and every round trip carries its own bytes. Run in the TSan build too.
+TEST(CopyNowTest, ConcurrentEdgeCopiesAreCorrectAndBounded) {
+  auto rt = FakeRuntime::WithDevices(2);
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 200;
+  std::vector<int> failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int device = t % 2;
+      for (int i = 0; i < kRounds; ++i) {
+        const std::string bytes = std::to_string(t * 100000 + i) + std::string(64, 'a' + t);
+        auto on_gpu = CopyToPlaceNow(rt.get(), bytes, MemoryPlace::Host(), MemoryPlace::Gpu(device));
+        if (!on_gpu.ok()) {
+          ++failures[t];
+          continue;
+        }
+        auto back = CopyToPlaceNow(rt.get(), on_gpu->view(), on_gpu->place(), MemoryPlace::Host());
+        if (!back.ok() || back->view() != bytes) ++failures[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  EXPECT_EQ(rt->CopyCount(CopyKind::kHostToDevice), kThreads * kRounds);
+  EXPECT_EQ(rt->CopyCount(CopyKind::kDeviceToHost), kThreads * kRounds);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_GE(rt->StreamsCreated(d), 1);
+    EXPECT_LE(rt->StreamsCreated(d), kEdgeStreamsPerDevice);
+  }
+}
+
+// At the bound, a copy waits for a stream to come back rather than creating one more.
+TEST(StreamPoolTest, AtTheBoundAcquireWaitsForTheStreamGivenBack) {
+  auto rt = FakeRuntime::WithDevices(1);
+  StreamPool pool(*rt, 1);
+  auto first = pool.Acquire(0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const Stream* held = &first->stream();
+  const Stream* second_got = nullptr;
+  std::thread second([&] {
+    auto lease = pool.Acquire(0);  // blocks until `first` is given back
+    if (lease.ok()) second_got = &lease->stream();
+  });
+  { auto release = std::move(*first); }
+  second.join();
+  EXPECT_EQ(second_got, held);
+  EXPECT_EQ(rt->StreamsCreated(0), 1);
+  // A discarded stream is replaced by a new one.
+  {
+    auto lease = pool.Acquire(0);
+    ASSERT_TRUE(lease.ok());
+    lease->Discard();
+  }
+  ASSERT_TRUE(pool.Acquire(0).ok());
+  EXPECT_EQ(rt->StreamsCreated(0), 2);
+  EXPECT_EQ(pool.Acquire(3).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace

@@ -35,8 +35,8 @@ std::vector<MemoryPlace> Seen() {
 }
 
 // `only_for_gpu_consumers`: as ONNX Runtime's CUDA instances, the output stays on the GPU
-// only for a request whose consumer reads GPU bytes (an ensemble's step), else it is written
-// to host memory.
+// only for a request whose consumer reads GPU bytes (an ensemble's step, a CUDA region on the
+// instance's GPU: backends::OutputMayStayOnGpu), else it is written to host memory.
 class GpuEchoInstance : public backends::ModelInstance {
  public:
   GpuEchoInstance(gpu::FakeRuntime* rt, int device, bool only_for_gpu_consumers)
@@ -53,7 +53,8 @@ class GpuEchoInstance : public backends::ModelInstance {
         seen.push_back(in.place);
       }
       // The fake's device memory is host memory: the "kernel" reads and writes it directly.
-      const bool on_gpu = !only_for_gpu_consumers_ || requests[r]->gpu_outputs_ok;
+      const bool on_gpu = !only_for_gpu_consumers_ ||
+                          backends::OutputMayStayOnGpu(*requests[r], "OUTPUT0", device_);
       std::shared_ptr<void> out_mem;
       char* y_bytes;
       if (on_gpu) {
@@ -106,6 +107,72 @@ class GpuEchoBackend : public backends::Backend {
   gpu::FakeRuntime* const rt_;
 };
 
+// A decoupled model on a GPU: answers each request with two responses whose OUTPUT0 (input +
+// 1, then input + 2) is in fake GPU memory, sent through the request's ResponseSender after
+// Execute returned (from a thread of its own, as the Python backend's decoupled mode does),
+// then the final flag.
+class GpuStreamInstance : public backends::ModelInstance {
+ public:
+  GpuStreamInstance(gpu::FakeRuntime* rt, int device) : rt_(rt), device_(device) {}
+  ~GpuStreamInstance() override {
+    for (auto& t : senders_) t.join();
+  }
+  std::optional<int> GpuInputsOn() const override { return device_; }
+  bool OutputsMayBeOnGpu() const override { return true; }
+  void Execute(std::span<core::InferRequest* const> requests,
+               std::span<core::InferResponse* const>, backends::ExecutionTimes*) override {
+    for (core::InferRequest* req : requests) {
+      const core::InputTensor& in = req->inputs.at(0);
+      std::vector<float> x(in.data.size() / sizeof(float));
+      std::memcpy(x.data(), in.data.data(), in.data.size());  // the request dies with Execute
+      senders_.emplace_back([rt = rt_, device = device_, x = std::move(x),
+                             shape = in.shape, sender = req->response_sender] {
+        for (int k = 1; k <= 2; ++k) {
+          std::shared_ptr<gpu::DeviceBuffer> d = *rt->AllocateDevice(device, x.size() * 4);
+          float* y = static_cast<float*>(d->data());
+          for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] + k;
+          auto response = sender->MakeResponse();
+          core::OutputTensor& out = response->outputs.emplace_back();
+          out.name = "OUTPUT0";
+          out.datatype = DataType::kFp32;
+          out.shape = shape;
+          out.data = std::string_view(static_cast<const char*>(d->data()), x.size() * 4);
+          out.holder = d;
+          out.place = MemoryPlace::Gpu(device);
+          (void)sender->Send(std::move(response), /*final=*/false);
+        }
+        (void)sender->SendFinal();
+      });
+    }
+  }
+
+ private:
+  gpu::FakeRuntime* const rt_;
+  const int device_;
+  std::vector<std::thread> senders_;  // only the instance's thread touches it
+};
+
+class GpuStreamBackend : public backends::Backend {
+ public:
+  explicit GpuStreamBackend(gpu::FakeRuntime* rt) : rt_(rt) {}
+  std::string_view name() const override { return "gpustream"; }
+  bool SupportsDecoupled() const override { return true; }
+  absl::Status GpuInstanceSupport() const override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<backends::ModelInstance>> CreateInstance(
+      const backends::ModelSpec&, const inference::ModelInstanceGroup&, int) override {
+    return absl::FailedPreconditionError("gpustream runs on a GPU only");
+  }
+  absl::StatusOr<std::unique_ptr<backends::ModelInstance>> CreateInstanceOn(
+      const backends::ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const backends::InstanceDevice& device) override {
+    if (!device.gpu) return CreateInstance(spec, group, index);
+    return std::make_unique<GpuStreamInstance>(rt_, device.id);
+  }
+
+ private:
+  gpu::FakeRuntime* const rt_;
+};
+
 constexpr char kIo[] = R"(max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -129,6 +196,9 @@ class GpuDataPathTest : public ::testing::Test {
                        "parameters { key: \"only_for_gpu_consumers\" value: { string_value: "
                        "\"1\" } }\n");
     model("cpu", std::string("backend: \"identity\"\n") + kIo);
+    model("stream0", std::string("backend: \"gpustream\"\n") + kIo +
+                         "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
+                         "model_transaction_policy { decoupled: true }\n");
     auto ensemble = [&](const std::string& name, const std::string& first,
                         const std::string& second) {
       model(name, std::string("platform: \"ensemble\"\n") + kIo + R"(
@@ -146,6 +216,7 @@ ensemble_scheduling { step [
     gpus_ = gpu::FakeRuntime::WithDevices(2);
     backends_.Register(backends::MakeIdentityBackend());
     backends_.Register(std::make_unique<GpuEchoBackend>(gpus_.get()));
+    backends_.Register(std::make_unique<GpuStreamBackend>(gpus_.get()));
     server::ServerOptions opts;
     opts.repositories = {repo_.string()};
     opts.exit_on_error = false;
@@ -196,6 +267,40 @@ ensemble_scheduling { step [
     }
     return Call("POST", "/v2/models/" + model + "/infer", body + "}");
   }
+  // A streaming request (gRPC ModelStreamInfer, HTTP generate_stream) through the server
+  // facade, as the frontends make it: every response until the final flag. INPUT0 in the
+  // body; OUTPUT0 into the region (offset 32) when `output_in_region`.
+  struct Streamed {
+    std::vector<std::unique_ptr<core::InferResponse>> responses;
+    bool final_seen = false;
+  };
+  Streamed InferStream(const std::string& model, bool output_in_region) {
+    auto req = std::make_unique<core::InferRequest>();
+    req->model_name = model;
+    static const float kX[4] = {1, 2, 3, 4};
+    req->inputs.push_back(core::InputTensor{
+        "INPUT0", DataType::kFp32, {4}, std::string_view(reinterpret_cast<const char*>(kX), 16),
+        std::nullopt, MemoryPlace::Host()});
+    if (output_in_region) {
+      core::RequestedOutput& o = req->outputs.emplace_back();
+      o.name = "OUTPUT0";
+      o.shm = core::SharedMemoryRef{"gpu_io", 32, 16};
+    }
+    auto state = std::make_shared<Streamed>();
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    // Calls for one request never overlap (core/response_sender.h).
+    req->on_response = [state, done](std::unique_ptr<core::InferResponse> r, bool final) {
+      if (r != nullptr) state->responses.push_back(std::move(r));
+      if (final) {
+        state->final_seen = true;
+        done->set_value();
+      }
+    };
+    server_->Infer(std::move(req));
+    finished.wait();
+    return std::move(*state);
+  }
   int Copies(gpu::CopyKind kind) { return gpus_->CopyCount(kind); }
   std::vector<float> Region(size_t offset) {
     std::vector<float> v(4);
@@ -219,6 +324,20 @@ TEST_F(GpuDataPathTest, RegionInputReachesGpuInstanceWithoutCopyAndOutputGoesDev
   EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
   EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);  // the output into the region
   EXPECT_THAT(Region(32), ElementsAre(2, 3, 4, 5));
+}
+
+// Every edge copy (into the region, to the host for the body, a region input to the host)
+// leases its stream from the runtime's pool: one stream per device however many requests.
+TEST_F(GpuDataPathTest, EdgeCopiesReuseOneStreamPerDevice) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(Infer("gpu0", true, true).status, 200);
+    ASSERT_EQ(Infer("gpu0", true, false).status, 200);
+    ASSERT_EQ(Infer("gpu1", true, false).status, 200);
+  }
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 5);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 15);
+  EXPECT_EQ(gpus_->StreamsCreated(0), 1);
+  EXPECT_EQ(gpus_->StreamsCreated(1), 1);  // gpu1's outputs, to the host
 }
 
 TEST_F(GpuDataPathTest, GpuOutputInTheBodyIsCopiedToTheHostOnce) {
@@ -284,10 +403,82 @@ TEST_F(GpuDataPathTest, InstanceAnsweringOnGpuOnlyForGpuConsumers) {
   EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 1);  // the ensemble's output, in Finish
 }
 
+// A decoupled model's responses go to the client through its sender, not on_complete: each
+// passes the same output edge as a response that answers once.
+TEST_F(GpuDataPathTest, DecoupledGpuOutputsAreCopiedToTheHostForEachResponse) {
+  Streamed s = InferStream("stream0", false);
+  ASSERT_TRUE(s.final_seen);
+  ASSERT_EQ(s.responses.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    const core::InferResponse& r = *s.responses[k];
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.outputs.size(), 1u);
+    EXPECT_EQ(r.outputs[0].place, MemoryPlace::Host());
+    std::vector<float> y(4);
+    ASSERT_EQ(r.outputs[0].data.size(), 16u);
+    std::memcpy(y.data(), r.outputs[0].data.data(), 16);
+    EXPECT_THAT(y, ElementsAre(2 + k, 3 + k, 4 + k, 5 + k));
+  }
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 2);  // one per response
+}
+
+TEST_F(GpuDataPathTest, DecoupledGpuOutputsGoDeviceToDeviceIntoACudaRegion) {
+  Streamed s = InferStream("stream0", true);
+  ASSERT_TRUE(s.final_seen);
+  ASSERT_EQ(s.responses.size(), 2u);
+  for (const auto& r : s.responses) {
+    ASSERT_TRUE(r->status.ok()) << r->status;
+    ASSERT_EQ(r->outputs.size(), 1u);
+    EXPECT_TRUE(r->outputs[0].in_shared_memory);
+    EXPECT_TRUE(r->outputs[0].data.empty());
+  }
+  // Each response was written into the region in turn, as Triton does; the last one stays.
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 2);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 0);
+  EXPECT_THAT(Region(32), ElementsAre(3, 4, 5, 6));
+}
+
 TEST_F(GpuDataPathTest, EnsembleOutputIntoCudaRegion) {
   HttpResponse r = Infer("gpu0_gpu0", true, true);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_THAT(Region(32), ElementsAre(3, 4, 5, 6));
+  // The ensemble's output stays on GPU 0 for the region there: no trip through the host.
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 1);  // the input: an ensemble takes host bytes
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
+}
+
+// An instance that answers on the GPU only for consumers reading GPU bytes (ONNX Runtime's CUDA
+// instances) leaves a client's output there when it goes into a CUDA region on its GPU: one
+// device-to-device copy instead of device-to-host + host-to-device.
+TEST_F(GpuDataPathTest, OutputForACudaRegionOnTheInstancesGpuStaysOnIt) {
+  HttpResponse r = Infer("gpu0s", true, true);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(Region(32), ElementsAre(2, 3, 4, 5));
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 0);
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
+}
+
+TEST_F(GpuDataPathTest, OutputForACudaRegionOnAnotherGpuComesBackToTheHost) {
+  std::unique_ptr<gpu::DeviceBuffer> on1 = *gpus_->AllocateDevice(1, 16);
+  ASSERT_EQ(Call("POST", "/v2/cudasharedmemory/region/out1/register",
+                 R"({"raw_handle": {"b64": ")" + absl::Base64Escape(gpus_->ExportIpcHandle(*on1)) +
+                     R"("}, "device_id": 1, "byte_size": 16})")
+                .status,
+            200);
+  HttpResponse r = Call(
+      "POST", "/v2/models/gpu0s/infer",
+      R"({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}],)"
+      R"( "outputs": [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "out1",)"
+      R"( "shared_memory_byte_size": 16}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 1);  // host output, up into the region
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 0);
+  std::vector<float> v(4);
+  std::memcpy(v.data(), on1->data(), 16);
+  EXPECT_THAT(v, ElementsAre(2, 3, 4, 5));
+  ASSERT_EQ(Call("POST", "/v2/cudasharedmemory/region/out1/unregister").status, 200);
 }
 
 // The edge functions alone: host tensors are left alone (no copy, no allocation).
@@ -309,6 +500,26 @@ TEST(TensorPlacesTest, HostTensorsUntouched) {
   EXPECT_TRUE(backends::MakeOutputsHostReadable(rt.get(), &resp));
   EXPECT_EQ(resp.outputs[0].holder, nullptr);
   EXPECT_EQ(rt->CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+}
+
+TEST(TensorPlacesTest, OutputMayStayOnGpuForEnsembleStepsAndCudaRegionsOnThatGpu) {
+  core::InferRequest all;  // every output, in the body
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(all, "y", 0));
+  core::InferRequest step;
+  step.gpu_outputs_ok = true;
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(step, "y", 0));
+  core::InferRequest region;
+  region.outputs.push_back(core::RequestedOutput{.name = "y", .gpu_region_on = 1});
+  region.outputs.push_back(core::RequestedOutput{.name = "z"});
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(region, "y", 1));
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(region, "y", 0));  // a region on another GPU
+  EXPECT_FALSE(backends::OutputMayStayOnGpu(region, "z", 1));  // in the body
+  EXPECT_TRUE(backends::OutputMayStayOnGpu(region, "w", 1));   // not asked for
+  std::vector<core::InferRequest*> batch = {&step, &region};
+  EXPECT_TRUE(backends::BatchOutputMayStayOnGpu(batch, "y", 1));
+  batch.push_back(&all);
+  EXPECT_FALSE(backends::BatchOutputMayStayOnGpu(batch, "y", 1));
+  EXPECT_FALSE(backends::BatchOutputMayStayOnGpu({}, "y", 1));
 }
 
 TEST(TensorPlacesTest, BytesInputOnGpuAlwaysComesToHost) {

@@ -503,8 +503,8 @@ TEST(ImageSettingsTest, BadParametersNameTheParameterAndValue) {
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
                     "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 3, 8, 8 ] } ] " +
                     Param("mean", "0.5")),
-            "model 'pre': parameter 'mean' ('0.5') applies only to a TYPE_FP32 output; output "
-            "'OUT' is TYPE_UINT8 (resized pixels, not normalized)");
+            "model 'pre': parameter 'mean' ('0.5') applies only to a TYPE_FP32 or TYPE_FP16 "
+            "output; output 'OUT' is TYPE_UINT8 (resized pixels, not normalized)");
 }
 
 TEST(ImageSettingsTest, BadTensorsAreNamed) {
@@ -514,8 +514,8 @@ TEST(ImageSettingsTest, BadTensorsAreNamed) {
             "bytes) or TYPE_STRING with dims [1] (one encoded image per element), got TYPE_UINT8 "
             "with dims [3]");
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
-                    "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 3, 8, 8 ] } ] "),
-            "model 'pre': output 'OUT' must be TYPE_FP32 or TYPE_UINT8, got TYPE_FP16");
+                    "output [ { name: \"OUT\" data_type: TYPE_FP64 dims: [ 3, 8, 8 ] } ] "),
+            "model 'pre': output 'OUT' must be TYPE_FP32, TYPE_FP16 or TYPE_UINT8, got TYPE_FP64");
   EXPECT_EQ(ErrorOf(std::string(kUint8In) +
                     "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3, 8, 3 ] } ] "),
             "model 'pre': output 'OUT' dims [3,8,3] fit both NCHW and NHWC; set parameter "
@@ -727,6 +727,9 @@ TEST(ImageBackendGpuTest, GpuInstanceAnswersTheCpuInstancesBytes) {
   };
   const std::string fp32 = "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3, 24, 16 ] } ] ";
   const std::string u8 = "output [ { name: \"OUT\" data_type: TYPE_UINT8 dims: [ 12, 20, 3 ] } ] ";
+  const std::string fp16 = "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 3, 24, 16 ] } ] ";
+  const std::string fp16_hwc =
+      "output [ { name: \"OUT\" data_type: TYPE_FP16 dims: [ 24, 16, 3 ] } ] ";
   const std::vector<std::string> settings = {
       fp32,
       fp32 + Param("mean", "0.485,0.456,0.406") + Param("std", "0.229,0.224,0.225"),
@@ -736,6 +739,9 @@ TEST(ImageBackendGpuTest, GpuInstanceAnswersTheCpuInstancesBytes) {
       fp32 + Param("interpolation", "nearest") + Param("channel_order", "BGR"),
       u8,
       u8 + Param("resize_mode", "shorter_side_center_crop") + Param("interpolation", "nearest"),
+      fp16 + Param("mean", "0.485,0.456,0.406") + Param("std", "0.229,0.224,0.225"),
+      fp16_hwc + Param("resize_mode", "shorter_side_center_crop") + Param("scale", "1") +
+          Param("mean", "100") + Param("std", "3") + Param("channel_order", "BGR"),
   };
   for (const std::string& setting : settings) {
     SCOPED_TRACE(setting);
@@ -835,6 +841,32 @@ TEST(ImageBackendGpuTest, EnsembleStepsKeepTheOutputOnTheGpu) {
   FakeGpus more;
   EXPECT_TRUE(more.Instance(keep, true)->OutputsMayBeOnGpu());
   EXPECT_FALSE(more.Instance(keep, false)->OutputsMayBeOnGpu());
+}
+
+// A client's request that wants the output in a CUDA shared-memory region on the instance's GPU
+// (RequestedOutput::gpu_region_on, set by the server) gets it on the GPU too: the server then
+// copies it device-to-device into the region, instead of a download here and an upload there.
+TEST(ImageBackendGpuTest, OutputForACudaRegionOnItsGpuStaysThere) {
+  const auto cfg = Config("max_batch_size: 8 " + std::string(kUint8In) + kFp32Chw);
+  FakeGpus gpus;
+  auto gpu = gpus.Instance(cfg, true);
+  ASSERT_NE(gpu, nullptr);
+  std::mt19937 rng(9);
+  std::vector<Batch> b = TwoBatches({{RandomRgbJpeg(rng, 64, 48)}, {RgbPng(10, 30)}});
+  for (auto& r : b[0].requests) {
+    r->outputs.push_back(core::RequestedOutput{.name = "OUT", .gpu_region_on = 1});
+  }
+  b[0].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+  for (const auto& resp : b[0].responses) {
+    ASSERT_TRUE(resp->status.ok()) << resp->status;
+    EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Gpu(1));
+  }
+  // A region on another GPU (or one request of the batch wanting host bytes): downloaded once.
+  b[1].requests[0]->outputs.push_back(core::RequestedOutput{.name = "OUT", .gpu_region_on = 0});
+  b[1].Run(gpu.get());
+  EXPECT_EQ(gpus.runtime->CopyCount(gpu::CopyKind::kDeviceToHost), 1);
+  for (const auto& resp : b[1].responses) EXPECT_EQ(resp->outputs[0].place, MemoryPlace::Host());
 }
 
 TEST(ImageBackendGpuTest, BadImageFailsOnlyItsRequestAndLaunchErrorsFailTheBatch) {

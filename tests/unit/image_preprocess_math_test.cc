@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/image/image_transform.h"
+#include "common/data_type.h"
 #include "gpu/image_preprocess_kernel.h"
 #include "gpu/image_preprocess_math.h"
 #include "gpu/runtime.h"
@@ -48,7 +49,9 @@ struct Case {
            (s.interpolation == Interpolation::kNearest ? " nearest" : " bilinear") +
            (s.layout == Layout::kNCHW ? " NCHW" : " NHWC") +
            (s.channel_order == ChannelOrder::kRGB ? " RGB" : " BGR") +
-           (s.output_type == DataType::kFp32 ? " FP32" : " UINT8");
+           (s.output_type == DataType::kFp32   ? " FP32"
+            : s.output_type == DataType::kFp16 ? " FP16"
+                                               : " UINT8");
   }
 };
 
@@ -69,8 +72,9 @@ Case RandomCase(std::mt19937& rng) {
   s.interpolation = pick(0, 1) ? Interpolation::kBilinear : Interpolation::kNearest;
   s.layout = pick(0, 1) ? Layout::kNCHW : Layout::kNHWC;
   s.channel_order = pick(0, 1) ? ChannelOrder::kRGB : ChannelOrder::kBGR;
-  s.output_type = pick(0, 3) ? DataType::kFp32 : DataType::kUint8;
-  if (s.output_type == DataType::kFp32) {
+  const int type = pick(0, 5);
+  s.output_type = type < 3 ? DataType::kFp32 : type < 5 ? DataType::kFp16 : DataType::kUint8;
+  if (s.output_type != DataType::kUint8) {
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     s.scale = pick(0, 1) ? 1.0f / 255.0f : 0.5f + unit(rng);
     for (int ch = 0; ch < 3; ++ch) {
@@ -85,7 +89,7 @@ Case RandomCase(std::mt19937& rng) {
 
 size_t ItemBytes(const PreprocessSettings& s) {
   return static_cast<size_t>(s.output_width) * s.output_height * 3 *
-         (s.output_type == DataType::kFp32 ? sizeof(float) : 1);
+         DataTypeSize(s.output_type);
 }
 
 std::vector<uint8_t> CpuOutput(const Case& c) {
@@ -109,9 +113,17 @@ std::vector<uint8_t> PerElementOutput(const Case& c) {
 std::string FirstDifference(const Case& c, const std::vector<uint8_t>& want,
                             const std::vector<uint8_t>& got) {
   const bool fp32 = c.settings.output_type == DataType::kFp32;
-  const size_t width = fp32 ? sizeof(float) : 1;
+  const size_t width = DataTypeSize(c.settings.output_type);
   for (size_t i = 0; i < want.size() / width; ++i) {
     if (std::memcmp(want.data() + i * width, got.data() + i * width, width) == 0) continue;
+    if (width == 2) {
+      uint16_t a, b;
+      std::memcpy(&a, want.data() + i * width, width);
+      std::memcpy(&b, got.data() + i * width, width);
+      return "element " + std::to_string(i) + ": CPU half " + std::to_string(HalfToFloat(a)) +
+             " (bits " + std::to_string(a) + "), got " + std::to_string(HalfToFloat(b)) +
+             " (bits " + std::to_string(b) + ")";
+    }
     if (fp32) {
       float a, b;
       std::memcpy(&a, want.data() + i * width, width);
@@ -197,6 +209,96 @@ TEST(ImagePreprocessMathTest, SamplingMatchesIndependentReference) {
       ASSERT_NEAR(got, want, 1e-3) << "case " << i << " (" << c.Describe() << "), output x " << x
                                    << " y " << y << " channel " << ch;
     }
+  }
+}
+
+// ---- FP16 output ----
+
+// float -> half by another route than math::HalfBits: the nearest of the finite halves, found by
+// bisection over their values (HalfToFloat is exact), ties to the even bit pattern, in double
+// arithmetic; past the largest half by at least half its spacing (65520), infinity.
+uint16_t ReferenceHalf(float v) {
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(v));
+  if (std::isnan(v)) return 0x7e00;
+  if (a >= 65520.0) return sign | 0x7c00;
+  uint16_t lo = 0, hi = 0x7bff;  // HalfToFloat(lo) <= a < HalfToFloat(hi + 1)
+  while (lo < hi) {
+    const uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
+    if (HalfToFloat(mid) <= a) {
+      lo = mid;
+    } else {
+      hi = static_cast<uint16_t>(mid - 1);
+    }
+  }
+  if (lo == 0x7bff) return sign | lo;  // a < 65520: 65504 is nearest
+  const double below = a - HalfToFloat(lo);
+  const double above = static_cast<double>(HalfToFloat(static_cast<uint16_t>(lo + 1))) - a;
+  uint16_t h = lo;
+  if (above < below || (above == below && (lo & 1))) h = static_cast<uint16_t>(lo + 1);
+  return sign | h;
+}
+
+void ExpectHalf(float v) {
+  const uint16_t got = math::HalfBits(v);
+  const uint16_t want = ReferenceHalf(v);
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  if (std::isnan(v)) {
+    EXPECT_EQ(got & 0x7c00, 0x7c00) << bits;
+    EXPECT_NE(got & 0x3ff, 0) << bits;
+    return;
+  }
+  ASSERT_EQ(got, want) << "float bits " << bits << " (" << v << ")";
+  ASSERT_EQ(got, FloatToHalf(v)) << "float bits " << bits << " (" << v << ")";
+}
+
+TEST(ImagePreprocessMathTest, HalfBitsRoundsToNearestEven) {
+  // Every half, the exact midpoints between neighbours (the ties) and the floats just either
+  // side of them, both signs: every rounding boundary there is.
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const float x = HalfToFloat(static_cast<uint16_t>(h));
+    const float next = h + 1 < 0x7c00 ? HalfToFloat(static_cast<uint16_t>(h + 1)) : 65536.0f;
+    const float mid = static_cast<float>((static_cast<double>(x) + next) / 2);  // exact
+    for (float v : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      ExpectHalf(v);
+      ExpectHalf(-v);
+    }
+  }
+  for (float v : {0.0f, -0.0f, 1e-30f, 5.96e-8f, 2.98e-8f, 65504.0f, 65519.99f, 65520.0f, 1e10f,
+                  INFINITY, -INFINITY, NAN}) {
+    ExpectHalf(v);
+  }
+  std::mt19937 rng(16);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t bits = rng();
+    float v;
+    std::memcpy(&v, &bits, 4);
+    ExpectHalf(v);
+  }
+}
+
+// The CPU's FP16 output is its FP32 output rounded to half (by the reference conversion), and
+// the kernel's body gives the same bits (PerElementMathsEqualsCpuBitForBit covers FP16 too).
+TEST(ImagePreprocessMathTest, Fp16OutputIsTheFp32OutputRoundedToHalf) {
+  std::mt19937 rng(1616);
+  for (int i = 0; i < 200; ++i) {
+    Case c = i == 0 ? ImageNetCase() : RandomCase(rng);
+    if (c.settings.output_type == DataType::kUint8) continue;
+    c.settings.output_type = DataType::kFp32;
+    const std::vector<uint8_t> fp32 = CpuOutput(c);
+    c.settings.output_type = DataType::kFp16;
+    const std::vector<uint8_t> fp16 = CpuOutput(c);
+    ASSERT_EQ(fp16.size() * 2, fp32.size());
+    std::vector<uint8_t> want(fp16.size());
+    for (size_t e = 0; e < fp16.size() / 2; ++e) {
+      float v;
+      std::memcpy(&v, fp32.data() + 4 * e, 4);
+      const uint16_t h = ReferenceHalf(v);
+      std::memcpy(want.data() + 2 * e, &h, 2);
+    }
+    ASSERT_EQ(FirstDifference(c, want, fp16), "") << "case " << i << ": " << c.Describe();
+    ASSERT_EQ(FirstDifference(c, fp16, PerElementOutput(c)), "") << "case " << i;
   }
 }
 

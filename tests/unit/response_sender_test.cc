@@ -45,6 +45,25 @@ TEST(ResponseSenderTest, SendsResponsesThenFinalAndRefusesAfterFinal) {
   EXPECT_TRUE(seen[2].final);
 }
 
+// The server's output edge runs on every response before the sink: the edge added last first
+// (as on_complete wrappers), not on the flag alone, not once closed.
+TEST(ResponseSenderTest, EdgesRunOnEachResponseLastAddedFirst) {
+  std::vector<std::string> order;
+  auto sender = std::make_shared<ResponseSender>(
+      "m", 1, "", [&](std::unique_ptr<InferResponse> r, bool) {
+        order.push_back(r == nullptr ? "sink:flag" : "sink:" + r->id);
+      });
+  sender->AddEdge([&](InferResponse* r) { order.push_back("regions:" + r->id); });
+  sender->AddEdge([&](InferResponse* r) {
+    order.push_back("gpu:" + r->id);
+    r->id = "moved";
+  });
+  ASSERT_TRUE(sender->Send(sender->MakeResponse(), false).ok());
+  ASSERT_TRUE(sender->SendFinal().ok());
+  EXPECT_FALSE(sender->Send(sender->MakeResponse(), true).ok());
+  EXPECT_EQ(order, (std::vector<std::string>{"gpu:", "regions:moved", "sink:moved", "sink:flag"}));
+}
+
 TEST(ResponseSenderTest, NullResponseMustBeFinal) {
   std::vector<Seen> seen;
   ResponseSender sender("m", 1, "", Record(&seen));

@@ -13,6 +13,7 @@
 
 #include "backends/image_codec/image_decode.h"
 #include "backends/image/image_transform.h"
+#include "backends/tensor_places.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "gpu/image_preprocess_kernel.h"
@@ -230,13 +231,12 @@ class ImageInstance : public ModelInstance {
   // final and no copy still reads a staging buffer the next batch reuses.
   void RunOnGpu(std::span<core::InferRequest* const> requests,
                 std::span<core::InferResponse* const> responses) {
-    // The output stays on the GPU when the config says so, or when every request is an
-    // ensemble step whose consumer takes it there.
-    bool keep = settings_.output_on_gpu;
-    if (!keep) {
-      keep = !requests.empty();
-      for (const auto* r : requests) keep &= r->gpu_outputs_ok;
-    }
+    // The output stays on the GPU when the config says so, or when every request's consumer
+    // reads it there: an ensemble step whose next step takes it, or a CUDA shared-memory
+    // region on this GPU (tensor_places.h: one device-to-device copy into it at the edge).
+    const bool keep =
+        settings_.output_on_gpu ||
+        BatchOutputMayStayOnGpu(requests, config_->output(0).name(), gpu_->device);
     std::vector<size_t> image_counts;
     std::vector<Item> items = CollectItems(requests, responses, &image_counts);
     ParallelFor(items.size(), threads_, [&](size_t k) { Decode(&items[k]); });

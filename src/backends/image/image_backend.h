@@ -1,7 +1,7 @@
 // The image preprocessing backend (`backend: "image"`): what NVIDIA DALI does in front of a
 // classifier in a Triton ensemble. Each batch item is one encoded JPEG or PNG (a TYPE_UINT8
 // [-1] row, or a TYPE_STRING element); the output is the decoded image resized, optionally
-// centre-cropped, normalized and laid out as [3,H,W] or [H,W,3] (FP32 or UINT8). The model
+// centre-cropped, normalized and laid out as [3,H,W] or [H,W,3] (FP32, FP16 or UINT8). The model
 // needs no file: its version folder may be empty. Settings are the config's `parameters`,
 // documented in image_transform.h and docs/image_backend.md.
 //

@@ -195,6 +195,8 @@ void PreprocessTyped(const RgbImage& image, const PreprocessSettings& s, Out* ou
         const size_t index = static_cast<size_t>(math::OutputIndex(nchw, c, pixel, plane));
         if constexpr (std::is_same_v<Out, float>) {
           out[index] = math::Normalize(v, mul[c], add[c]);
+        } else if constexpr (std::is_same_v<Out, uint16_t>) {  // FP16 bits
+          out[index] = math::HalfBits(math::Normalize(v, mul[c], add[c]));
         } else {
           out[index] = math::ToUint8(v);
         }
@@ -237,11 +239,13 @@ absl::StatusOr<PreprocessSettings> SettingsFromConfig(const config::ModelConfig&
   const auto& out = config.output(0);
   if (out.data_type() == inference::TYPE_FP32) {
     s.output_type = DataType::kFp32;
+  } else if (out.data_type() == inference::TYPE_FP16) {
+    s.output_type = DataType::kFp16;
   } else if (out.data_type() == inference::TYPE_UINT8) {
     s.output_type = DataType::kUint8;
   } else {
     return absl::InvalidArgumentError(inferd::StrCat(
-        prefix, "output '", out.name(), "' must be TYPE_FP32 or TYPE_UINT8, got ",
+        prefix, "output '", out.name(), "' must be TYPE_FP32, TYPE_FP16 or TYPE_UINT8, got ",
         inference::DataType_Name(out.data_type())));
   }
   if (out.dims_size() != 3) {
@@ -313,7 +317,8 @@ absl::StatusOr<PreprocessSettings> SettingsFromConfig(const config::ModelConfig&
     for (const char* key : {"scale", "mean", "std"}) {
       if (auto v = params.Get(key)) {
         return absl::InvalidArgumentError(inferd::StrCat(
-            prefix, "parameter '", key, "' ('", *v, "') applies only to a TYPE_FP32 output; output '",
+            prefix, "parameter '", key, "' ('", *v,
+            "') applies only to a TYPE_FP32 or TYPE_FP16 output; output '",
             out.name(), "' is TYPE_UINT8 (resized pixels, not normalized)"));
       }
     }
@@ -377,6 +382,7 @@ math::PreprocessParams MathParamsFor(int src_width, int src_height, const Prepro
   p.nearest = s.interpolation == Interpolation::kNearest;
   p.nchw = s.layout == Layout::kNCHW;
   p.uint8_output = s.output_type == DataType::kUint8;
+  p.fp16_output = s.output_type == DataType::kFp16;
   for (int c = 0; c < 3; ++c) {
     p.source_channel[c] = s.channel_order == ChannelOrder::kRGB ? c : 2 - c;
     math::NormalizeCoefficients(s.scale, s.mean[c], s.std[c], &p.mul[c], &p.add[c]);
@@ -387,6 +393,8 @@ math::PreprocessParams MathParamsFor(int src_width, int src_height, const Prepro
 void Preprocess(const RgbImage& image, const PreprocessSettings& s, void* out) {
   if (s.output_type == DataType::kFp32) {
     PreprocessTyped(image, s, static_cast<float*>(out));
+  } else if (s.output_type == DataType::kFp16) {
+    PreprocessTyped(image, s, static_cast<uint16_t*>(out));
   } else {
     PreprocessTyped(image, s, static_cast<uint8_t*>(out));
   }

@@ -33,7 +33,7 @@ inline constexpr bool kOutputOnGpuDefault = false;
 
 struct PreprocessSettings {
   DataType input_type = DataType::kUint8;  // kUint8 (dims [-1]) or kBytes (dims [1])
-  DataType output_type = DataType::kFp32;  // kFp32 or kUint8
+  DataType output_type = DataType::kFp32;  // kFp32, kFp16 or kUint8
   int output_height = 0;
   int output_width = 0;
   Layout layout = Layout::kNCHW;
@@ -54,7 +54,7 @@ struct PreprocessSettings {
 };
 
 // Reads and checks the config: one input (TYPE_UINT8 dims [-1] or TYPE_STRING dims [1]), one
-// output (TYPE_FP32 or TYPE_UINT8, dims [3,H,W] or [H,W,3]) and the `parameters`. Every error
+// output (TYPE_FP32, TYPE_FP16 or TYPE_UINT8, dims [3,H,W] or [H,W,3]) and the `parameters`. Every error
 // names the model, the parameter (or tensor) and the value it refused.
 absl::StatusOr<PreprocessSettings> SettingsFromConfig(const config::ModelConfig& config);
 

@@ -17,6 +17,7 @@
 #include "common/mutex.h"
 #include "common/strings.h"
 #include "backends/batch_io.h"
+#include "backends/tensor_places.h"
 #include "backends/onnxruntime/session_settings.h"
 #include "backends/onnxruntime/thread_reuse.h"
 #include "common/logging.h"
@@ -206,9 +207,11 @@ class OrtInstance : public ModelInstance {
     return gpu_inputs_->device;
   }
 
-  // OutputsMayBeOnGpu stays false: outputs stay on the GPU (bound there through IoBinding, all
-  // but BYTES) only for a batch whose every request's consumer reads GPU bytes (an ensemble's
-  // step: InferRequest::gpu_outputs_ok); every other batch gets host outputs.
+  // OutputsMayBeOnGpu stays false: an output stays on the GPU (bound there through IoBinding,
+  // all but BYTES) only for a batch whose every request's consumer reads it there (an
+  // ensemble's step: InferRequest::gpu_outputs_ok; a CUDA shared-memory region on this GPU:
+  // RequestedOutput::gpu_region_on, copied device-to-device into it by the server's edge);
+  // every other output comes back to the host inside Session::Run.
 
   int ThreadCount() const override {
     return settings_.intra_op_threads * (settings_.parallel_execution ? settings_.inter_op_threads : 1);
@@ -297,18 +300,23 @@ class OrtInstance : public ModelInstance {
       wanted.push_back(o);
       names.push_back(output_names_[o].c_str());
     }
-    // Outputs stay on the GPU when every request's consumer reads GPU bytes.
-    bool outputs_on_gpu = gpu_inputs_ != nullptr;
-    for (const auto* r : requests) outputs_on_gpu &= r->gpu_outputs_ok;
+    // An output stays on the GPU when every request's consumer reads it there: an ensemble's
+    // next step, or a CUDA shared-memory region on this GPU (tensor_places.h); never BYTES.
     // Sized only when some output may stay there: a host batch allocates nothing for it.
     std::vector<bool> output_on_gpu;
-    if (on_gpu || outputs_on_gpu) output_on_gpu.assign(names.size(), false);
-    if (outputs_on_gpu) {
+    bool outputs_on_gpu = false;
+    if (gpu_inputs_ != nullptr) {
       for (size_t k = 0; k < names.size(); ++k) {
-        output_on_gpu[k] =
-            config_->output(static_cast<int>(wanted[k])).data_type() != inference::TYPE_STRING;
+        if (config_->output(static_cast<int>(wanted[k])).data_type() == inference::TYPE_STRING ||
+            !BatchOutputMayStayOnGpu(requests, names[k], gpu_inputs_->device)) {
+          continue;
+        }
+        if (output_on_gpu.empty()) output_on_gpu.assign(names.size(), false);
+        output_on_gpu[k] = true;
+        outputs_on_gpu = true;
       }
     }
+    if (on_gpu && output_on_gpu.empty()) output_on_gpu.assign(names.size(), false);
     times->input_end_ns = core::NowNs();
     std::vector<Ort::Value> outputs =
         on_gpu || outputs_on_gpu ? RunBound(input_names, inputs, names, output_on_gpu)
