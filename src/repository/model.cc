@@ -11,6 +11,7 @@
 
 #include "common/strings.h"
 #include "common/logging.h"
+#include "config/model_config_util.h"
 #include "repository/placement.h"
 #include "scheduling/ensemble_scheduler.h"
 #include "scheduling/scheduler_factory.h"
@@ -253,6 +254,11 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
                                        places[i].device);
     };
     if (backend->CreatesInstancesConcurrently() && places.size() > 1) {
+      // The first read of a protobuf map field through reflection (ModelConfigToJson: the
+      // Python backend hands each instance its config as JSON) builds the field's list form,
+      // a write inside the shared config. Done once here, before the instances read the
+      // config from several threads, every later read only reads.
+      (void)config::ModelConfigToJson(*spec.config);
       std::vector<std::thread> threads;
       for (size_t i = 0; i < places.size(); ++i) {
         threads.emplace_back([&, i] { created[i] = create(i); });
