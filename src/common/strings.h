@@ -75,4 +75,8 @@ inline bool ContainsIgnoreCase(std::string_view haystack, std::string_view needl
   return false;
 }
 
+// Appends `s` as a JSON string: '"', '\\' and the control bytes escaped as rapidjson's Writer
+// does (\b \f \n \r \t, else \u00XX with upper-case hex), every other byte as it is.
+void AppendJsonString(std::string* out, std::string_view s);
+
 }  // namespace inferd

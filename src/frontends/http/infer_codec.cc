@@ -544,14 +544,21 @@ absl::StatusOr<Shape> ParseShape(const rapidjson::Value& v, std::string_view nam
   return shape;
 }
 
+// A boolean parameter's value: false where `v` is null (absent).
+absl::StatusOr<bool> BoolParam(const rapidjson::Value* v, std::string_view key,
+                                std::string_view where) {
+  if (v == nullptr) return false;
+  if (!v->IsBool()) {
+    return absl::InvalidArgumentError(
+        inferd::StrCat(where, ": parameter '", key, "' must be a boolean"));
+  }
+  return v->GetBool();
+}
+
 absl::StatusOr<bool> GetBoolParam(const rapidjson::Value& params, const char* key,
                                   std::string_view where) {
   auto it = params.FindMember(key);
-  if (it == params.MemberEnd()) return false;
-  if (!it->value.IsBool()) {
-    return absl::InvalidArgumentError(inferd::StrCat(where, ": parameter '", key, "' must be a boolean"));
-  }
-  return it->value.GetBool();
+  return BoolParam(it == params.MemberEnd() ? nullptr : &it->value, key, where);
 }
 
 // Shortest round-trip form via std::to_chars (rapidjson's Grisu code trips UBSan on some
@@ -701,17 +708,6 @@ static std::array<const rapidjson::Value*, N> FindMembers(
     }
   }
   return found;
-}
-
-// A boolean parameter's value: false where `v` is null (absent).
-static absl::StatusOr<bool> BoolParam(const rapidjson::Value* v, std::string_view key,
-                                      std::string_view where) {
-  if (v == nullptr) return false;
-  if (!v->IsBool()) {
-    return absl::InvalidArgumentError(
-        inferd::StrCat(where, ": parameter '", key, "' must be a boolean"));
-  }
-  return v->GetBool();
 }
 
 // The shared-memory extension's parameters of one tensor (`kind` "input" or "output", named
@@ -1016,35 +1012,6 @@ absl::StatusOr<ParsedInfer> ParseRawInferRequest(std::string_view body, const Ra
 }
 
 namespace {
-
-// `s` as a JSON string, escaped as rapidjson's Writer does: '"', '\\' and the control bytes
-// (\b \f \n \r \t, else \u00XX with upper-case hex); every other byte as it is.
-void AppendJsonString(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  out->push_back('"');
-  size_t run = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default: {
-        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-        out->append(esc, sizeof(esc));
-      }
-    }
-  }
-  out->append(s.data() + run, s.size() - run);
-  out->push_back('"');
-}
 
 // The JSON header of a response whose outputs are all binary or in shared memory (the common
 // case of tritonclient and perf_analyzer), written straight into the body: the same text as the
