@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,8 +149,9 @@ struct InferRequest {
 
   // Keeps the bytes that `inputs[i].data` view alive (an HTTP body, a gRPC message, ...).
   std::shared_ptr<const void> payload;
-  // Buffers the frontend decoded tensors into (JSON data). A deque never moves its elements.
-  std::deque<std::string> owned;
+  // Buffers the frontend decoded tensors into (JSON data). A list never moves its elements
+  // and, unlike a deque, allocates nothing while empty (most requests: binary or raw data).
+  std::list<std::string> owned;
   // Keeps other memory the tensors view alive (shared-memory mappings).
   std::vector<std::shared_ptr<const void>> holders;
 

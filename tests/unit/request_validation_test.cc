@@ -71,7 +71,7 @@ TEST(RequestValidationTest, RejectsWithClearMessages) {
   }
   {
     auto req = Request({1, 16}, 64);
-    req.inputs.push_back({"INPUT1", DataType::kInt32, {2, 1}, std::string_view(req.owned[0]).substr(0, 8)});
+    req.inputs.push_back({"INPUT1", DataType::kInt32, {2, 1}, std::string_view(req.owned.front()).substr(0, 8)});
     EXPECT_THAT(ValidateRequest(cfg, &req).message(), HasSubstr("different batch sizes"));
   }
 }

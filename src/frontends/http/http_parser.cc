@@ -315,7 +315,7 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
       return Error(400, inferd::StrCat("header '", name, "' contains a control character"));
     }
     request->headers.emplace_back(name, value);
-    if (inferd::EqualsIgnoreCase(name, "content-length")) {
+    if (inferd::EqualsIgnoreCase(name, "Content-Length")) {
       size_t n = 0;
       auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
       if (ec != std::errc() || p != value.data() + value.size() || value.empty()) {
@@ -323,16 +323,16 @@ ParseResult ParseHttpRequest(std::string_view buffer, const ParserLimits& limits
       }
       if (content_length && *content_length != n) return Error(400, "conflicting Content-Length headers");
       content_length = n;
-    } else if (inferd::EqualsIgnoreCase(name, "transfer-encoding")) {
+    } else if (inferd::EqualsIgnoreCase(name, "Transfer-Encoding")) {
       if (inferd::EqualsIgnoreCase(value, "chunked") && (chunked_body != nullptr || in_place != nullptr)) {
         chunked = true;
       } else if (!inferd::EqualsIgnoreCase(value, "identity")) {
         return Error(501, inferd::StrCat("Transfer-Encoding '", value, "' is not supported"));
       }
-    } else if (inferd::EqualsIgnoreCase(name, "connection")) {
+    } else if (inferd::EqualsIgnoreCase(name, "Connection")) {
       if (inferd::ContainsIgnoreCase(value, "close")) request->keep_alive = false;
       if (inferd::ContainsIgnoreCase(value, "keep-alive")) request->keep_alive = true;
-    } else if (inferd::EqualsIgnoreCase(name, "expect")) {
+    } else if (inferd::EqualsIgnoreCase(name, "Expect")) {
       if (inferd::EqualsIgnoreCase(value, "100-continue")) request->expect_continue = true;
     }
   }

@@ -12,6 +12,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "absl/container/inlined_vector.h"
 #include "common/strings.h"
 #include "core/request_parameters.h"
 #include "frontends/http/json_tensor.h"
@@ -262,14 +263,17 @@ class InferJsonScanner {
       }
       return true;
     }
-    for (auto [word, type] : {std::pair{std::string_view("true"), rapidjson::kTrueType},
-                              std::pair{std::string_view("false"), rapidjson::kFalseType},
-                              std::pair{std::string_view("null"), rapidjson::kNullType}}) {
-      if (json_.substr(pos_, word.size()) == word) {
-        pos_ += word.size();
-        *out = rapidjson::Value(type);
-        return true;
+    if (c == 't' || c == 'f' || c == 'n') {
+      for (auto [word, type] : {std::pair{std::string_view("true"), rapidjson::kTrueType},
+                                std::pair{std::string_view("false"), rapidjson::kFalseType},
+                                std::pair{std::string_view("null"), rapidjson::kNullType}}) {
+        if (json_.substr(pos_, word.size()) == word) {
+          pos_ += word.size();
+          *out = rapidjson::Value(type);
+          return true;
+        }
       }
+      return false;
     }
     if (depth >= kMaxSimpleDepth) return false;
     if (Eat('[')) {
@@ -754,7 +758,11 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     json = body.substr(0, *header_length);
     binary = body.substr(*header_length);
   }
-  rapidjson::Document doc;
+  // A small request's document fits in a buffer on the stack (no allocation); larger ones go
+  // on in chunks from the heap.
+  char pool[8192];
+  rapidjson::MemoryPoolAllocator<> allocator(pool, sizeof(pool));
+  rapidjson::Document doc(&allocator);
   std::vector<JsonDataSpan> data_spans;  // by input index: 'data' left for the fast parser
   if (auto st = ParseInferJson(json, doc, &data_spans); !st.ok()) return st;
   if (!doc.IsObject()) return absl::InvalidArgumentError("the request body must be a JSON object");
@@ -778,23 +786,26 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
     if (!b.ok()) return b.status();
     parsed.encoding.binary_default = *b;
     // The ones the server reads (core/request_parameters.h); the rest travel with the request
-    // (Triton's Python backend: request.parameters()).
-    rapidjson::StringBuffer rest;
-    rapidjson::Writer<rapidjson::StringBuffer> rw(rest);
-    rw.StartObject();
-    bool any = false;
+    // (Triton's Python backend: request.parameters()), written out only when there are any.
+    absl::InlinedVector<const rapidjson::Value::Member*, 8> rest;
     for (const auto& m : params.GetObject()) {
       const std::string_view k(m.name.GetString(), m.name.GetStringLength());
       auto taken = core::ApplyRequestParameter(k, ToParameterValue(m.value),
                                                core::kJsonParameterWords, &req);
       if (!taken.ok()) return taken.status();
-      if (*taken) continue;
-      rw.Key(m.name.GetString(), m.name.GetStringLength());
-      m.value.Accept(rw);
-      any = true;
+      if (!*taken) rest.push_back(&m);
     }
-    rw.EndObject();
-    if (any) req.parameters.assign(rest.GetString(), rest.GetSize());
+    if (!rest.empty()) {
+      rapidjson::StringBuffer text;
+      rapidjson::Writer<rapidjson::StringBuffer> rw(text);
+      rw.StartObject();
+      for (const auto* m : rest) {
+        rw.Key(m->name.GetString(), m->name.GetStringLength());
+        m->value.Accept(rw);
+      }
+      rw.EndObject();
+      req.parameters.assign(text.GetString(), text.GetSize());
+    }
   }
 
   if (inputs_v == nullptr || !inputs_v->IsArray()) {
@@ -931,9 +942,11 @@ absl::StatusOr<ParsedInfer> ParseInferRequest(std::string_view body,
             p, {"binary_data", "classification", "shared_memory_region", "shared_memory_offset",
                 "shared_memory_byte_size"});
         if (binary_v != nullptr) {
-          auto b = BoolParam(binary_v, "binary_data", inferd::StrCat("output '", ro.name, "'"));
-          if (!b.ok()) return b.status();
-          binary_flag = *b;
+          if (!binary_v->IsBool()) {  // BoolParam's message, its context built only here
+            return BoolParam(binary_v, "binary_data", inferd::StrCat("output '", ro.name, "'"))
+                .status();
+          }
+          binary_flag = binary_v->GetBool();
         }
         if (class_v != nullptr) {
           if (!class_v->IsInt64() || class_v->GetInt64() < 0) {
