@@ -11,9 +11,10 @@ Python model whose input arrives on the GPU (a CUDA IPC handle the stub opens), 
 in place; a request's own (host) input stays a host tensor.
 
 The CPU-only version of these checks (a fake CUDA producer) is
-tests/integration/test_python_dlpack.py; of the GPU inputs, tests/unit/python_gpu_inputs_test.cc. Self-contained like test_gpu_instances.py (whose
-Server it uses): $INFERD_BIN; the Python processes run this interpreter (it has torch), with
-the stub from this tree. Skips without a GPU or without torch built with CUDA.
+tests/integration/test_python_dlpack.py; of the GPU inputs, tests/unit/python_gpu_inputs_test.cc
+and GpuDataPathPythonTest. Self-contained like test_gpu_instances.py (whose Server it uses):
+$INFERD_BIN; the Python processes run this interpreter (it has torch), with the stub from this
+tree. Skips without a GPU or without torch built with CUDA.
 
     INFERD_BIN=build/inferd python3 -m pytest -q tests/gpu/test_python_dlpack.py
 """
@@ -189,7 +190,8 @@ def _write_affine_onnx(path):
     two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
     one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
     graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "two"], ["t"]), helper.make_node("Add", ["t", "one"], ["y"])],
+        [helper.make_node("Mul", ["x", "two"], ["t"]),
+         helper.make_node("Add", ["t", "one"], ["y"])],
         "affine",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N_IN])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N_IN])],
