@@ -367,20 +367,17 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
     RETURN_IF_ERROR(check_tensor("output", out));
   }
   if (config->platform() != "ensemble") {
+    // Triton's NormalizeInstanceGroup: no group is one KIND_AUTO group named after the model.
+    // Its kind and a count below 1 are resolved where the host's GPUs and the backend are known
+    // (repository::ResolveInstanceGroups / PlaceInstances: Triton's default count).
     if (config->instance_group_size() == 0) {
       auto* group = config->add_instance_group();
-      group->set_count(1);
-      group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+      group->set_name(config->name());
+      group->set_kind(inference::ModelInstanceGroup::KIND_AUTO);
     }
     for (int i = 0; i < config->instance_group_size(); ++i) {
       auto* group = config->mutable_instance_group(i);
       if (group->name().empty()) group->set_name(inferd::StrCat(model_name, "_", i));
-      if (group->count() == 0) group->set_count(1);
-      if (group->count() < 0) {
-        return absl::InvalidArgumentError(inferd::StrCat(
-            "model '", model_name, "': instance_group '", group->name(), "' has count ",
-            group->count(), "; it must be >= 1"));
-      }
     }
   }
   if (!config->has_version_policy()) {

@@ -182,8 +182,6 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   spec.model_path = inferd::StrCat(spec.version_dir, "/", config.default_model_filename());
   spec.cpu_cores = options.cpu_cores;
   spec.strict_parameters = options.strict_parameters;
-  spec.total_instances = 0;
-  for (const auto& g : config.instance_group()) spec.total_instances += g.count();
 
   if (!config.default_model_filename().empty() &&
       !std::filesystem::exists(spec.model_path)) {

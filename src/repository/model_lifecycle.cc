@@ -261,6 +261,9 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
     }
   }
   RETURN_IF_ERROR(config::NormalizeAndValidate(&cfg, name));
+  if (backend != nullptr && cfg.platform() != "ensemble") {
+    ResolveInstanceGroups(&cfg, backend->GpuInstanceSupport(), options_.load.placement);
+  }
   return cfg;
 }
 

@@ -30,18 +30,57 @@ std::string NoGpuReason(const PlacementOptions& options,
   return out;
 }
 
+// The GPUs of at least --min-supported-compute-capability.
+std::set<int> SupportedGpus(const std::vector<gpu::DeviceProperties>& devices,
+                            const PlacementOptions& options) {
+  std::set<int> supported;
+  for (const auto& d : devices) {
+    // The small epsilon keeps 8.6 >= 8.6 true whatever the flag's decimal rounding.
+    if (d.ComputeCapability() + 1e-9 >= options.min_compute_capability) supported.insert(d.id);
+  }
+  return supported;
+}
+
+// KIND_AUTO: the GPUs when the group lists some (an id that cannot be used is then refused
+// naming it; Triton refuses it too, as KIND_CPU with GPUs), else the GPU when the host has a
+// supported one and the backend can run a GPU instance (Triton leaves that to the backend, whose
+// KIND_GPU instance would then fail to load).
+bool AutoOnGpu(const inference::ModelInstanceGroup& group, const absl::Status& backend_gpu,
+               const std::set<int>& supported) {
+  return group.gpus_size() > 0 || (backend_gpu.ok() && !supported.empty());
+}
+
 }  // namespace
+
+int DefaultInstanceCount(bool on_gpu, std::string_view backend) {
+  // Triton's SetDefaultInstanceCount: backends opt in to two CPU instances; the rest (PyTorch,
+  // Python, ...) have one, and a GPU group one per GPU.
+  if (!on_gpu && (backend == "onnxruntime" || backend == "tensorflow")) return 2;
+  return 1;
+}
+
+void ResolveInstanceGroups(config::ModelConfig* config, const absl::Status& backend_gpu,
+                           const PlacementOptions& options) {
+  std::vector<gpu::DeviceProperties> devices;
+  if (options.gpus != nullptr) devices = gpu::ListDevices(*options.gpus);
+  const std::set<int> supported = SupportedGpus(devices, options);
+  using Group = inference::ModelInstanceGroup;
+  for (auto& group : *config->mutable_instance_group()) {
+    if (group.kind() == Group::KIND_AUTO) {
+      group.set_kind(AutoOnGpu(group, backend_gpu, supported) ? Group::KIND_GPU : Group::KIND_CPU);
+    }
+    if (group.count() < 1) {
+      group.set_count(DefaultInstanceCount(group.kind() == Group::KIND_GPU, config->backend()));
+    }
+  }
+}
 
 absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
                                          const absl::Status& backend_gpu,
                                          const PlacementOptions& options) {
   std::vector<gpu::DeviceProperties> devices;
   if (options.gpus != nullptr) devices = gpu::ListDevices(*options.gpus);
-  std::set<int> supported;
-  for (const auto& d : devices) {
-    // The small epsilon keeps 8.6 >= 8.6 true whatever the flag's decimal rounding.
-    if (d.ComputeCapability() + 1e-9 >= options.min_compute_capability) supported.insert(d.id);
-  }
+  const std::set<int> supported = SupportedGpus(devices, options);
   std::string supported_list;
   for (int id : supported) {
     inferd::StrAppend(&supported_list, supported_list.empty() ? "" : ", ", id);
@@ -58,7 +97,7 @@ absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
     bool gpu = false;
     switch (group.kind()) {
       case Group::KIND_AUTO:
-        gpu = !gpus.empty() || (backend_gpu.ok() && !supported.empty());
+        gpu = AutoOnGpu(group, backend_gpu, supported);
         break;
       case Group::KIND_GPU:
         gpu = true;
@@ -73,6 +112,9 @@ absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
         return absl::InvalidArgumentError(inferd::StrCat(
             where, " has kind ", Group::Kind_Name(group.kind()), ", which inferd does not place"));
     }
+    // Triton's default count follows the group's kind, before any fallback to the CPU.
+    const int count =
+        group.count() >= 1 ? group.count() : DefaultInstanceCount(gpu, config.backend());
     int cpu_copies = 1;  // instances per `count` when a GPU group falls back to the CPU
     if (gpu) {
       std::string cannot;  // why this group cannot run on a GPU here; empty when it can
@@ -106,7 +148,7 @@ absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,
         fallback_reason = cannot;
       }
     }
-    for (int n = 0; n < group.count(); ++n) {
+    for (int n = 0; n < count; ++n) {
       const std::string name = inferd::StrCat(group.name(), "_", n);
       if (gpu) {
         for (int id : gpus) placement.instances.push_back({&group, {true, id, name}});

@@ -7,6 +7,9 @@
 //     load saying why (CUDA's answer, e.g. no driver), unless --gpu-fallback-to-cpu runs those
 //     instances on the CPU (one WARNING per model).
 //   - KIND_CPU with `gpus`: refused.
+//   - No instance_group: one KIND_AUTO group named after the model. A group without `count`
+//     (or below 1) has Triton's SetDefaultInstanceCount: 2 on the CPU for onnxruntime and
+//     tensorflow, else 1 (per GPU).
 // Instances are named "<group name>_<n>", n in [0, count), the same n on each GPU of a group.
 #ifndef INFERD_REPOSITORY_PLACEMENT_H_
 #define INFERD_REPOSITORY_PLACEMENT_H_
@@ -42,7 +45,16 @@ struct Placement {
   std::string fallback_warning;
 };
 
-// Places every instance of `config` (normalized: groups named, counts >= 1) for a backend that
+// Triton's default `count` for a group that sets none.
+int DefaultInstanceCount(bool on_gpu, std::string_view backend);
+
+// Writes into `config` what Triton's NormalizeInstanceGroup resolves, so that the config a client
+// reads back says where the instances run: KIND_AUTO becomes KIND_GPU or KIND_CPU (the rule
+// above), an unset count the default. PlaceInstances gives the same placement before and after.
+void ResolveInstanceGroups(config::ModelConfig* config, const absl::Status& backend_gpu,
+                           const PlacementOptions& options);
+
+// Places every instance of `config` (normalized: groups named) for a backend that
 // can (`backend_gpu` OK) or cannot (why not) run instances on a GPU. INVALID_ARGUMENT for a config error (a bad `gpus`
 // id, KIND_CPU with `gpus`), FAILED_PRECONDITION when a KIND_GPU group cannot run here.
 absl::StatusOr<Placement> PlaceInstances(const config::ModelConfig& config,

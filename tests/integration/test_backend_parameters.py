@@ -150,6 +150,8 @@ def test_thread_counts_are_threads(tmp_path, server_factory):
         param("inter_op_thread_count", "4"),
     }
     for name, extra in configs.items():
+        # One instance each (an onnxruntime group without a count has Triton's two).
+        extra += 'instance_group [ { kind: KIND_CPU count: 1 } ]\n'
         make_model_dir(repo, name, conv_gelu_config(name, extra), write_conv_gelu_model)
     srv = server_factory(repo, ["--model-control-mode=explicit", "--model-load-thread-count=1"])
     pid = srv.proc.pid

@@ -78,3 +78,41 @@ def test_bad_flag_value_is_refused(server_factory, make_repo):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "--min-supported-compute-capability takes a compute capability" in r.stderr + r.stdout
+
+
+def test_no_instance_group_is_tritons_default_on_a_host_without_a_gpu(server_factory, make_repo,
+                                                                       tmp_path):
+    """Triton's NormalizeInstanceGroup: no instance_group is one KIND_AUTO group named after the
+    model, resolved to KIND_CPU without a GPU, and a group without a count gets
+    SetDefaultInstanceCount's: two CPU instances for onnxruntime, one for other backends. The
+    config a client reads back says so."""
+    repo = simple_repo(make_repo, "")
+    (repo / "counted").mkdir()
+    (repo / "counted" / "1").mkdir()
+    (repo / "counted" / "1" / "model.onnx").write_bytes(
+        (repo / "simple" / "1" / "model.onnx").read_bytes())
+    (repo / "counted" / "config.pbtxt").write_text(
+        (repo / "simple" / "config.pbtxt").read_text().replace('"simple"', '"counted"')
+        + "instance_group [ { kind: KIND_CPU }, { kind: KIND_CPU count: 3 } ]\n")
+    (repo / "py" / "1").mkdir(parents=True)
+    (repo / "py" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
+    (repo / "py" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    srv = server_factory([repo])
+    gpu_line(srv)
+    groups = srv.get("/v2/models/simple/config").json()["instance_group"]
+    assert [(g["name"], g["kind"], int(g["count"])) for g in groups] == [
+        ("simple", "KIND_CPU", 2)], groups
+    groups = srv.get("/v2/models/counted/config").json()["instance_group"]
+    assert [(g["name"], g["kind"], int(g["count"])) for g in groups] == [
+        ("counted_0", "KIND_CPU", 2), ("counted_1", "KIND_CPU", 3)], groups
+    groups = srv.get("/v2/models/py/config").json()["instance_group"]
+    assert [(g["name"], g["kind"], int(g["count"])) for g in groups] == [
+        ("py", "KIND_CPU", 1)], groups
+    assert "'simple' version 1" in srv.log()
+    load_lines = [l for l in srv.log().splitlines() if "model 'simple'" in l and "instance(s)" in l]
+    assert load_lines and "2 instance(s)" in load_lines[0], srv.log()
+    for i in range(4):
+        send(srv, i)

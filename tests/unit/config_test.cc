@@ -55,9 +55,11 @@ TEST(ModelConfigTest, NormalizeFillsDefaults) {
   EXPECT_EQ(cfg.name(), "m");
   EXPECT_EQ(cfg.platform(), "onnxruntime_onnx");
   ASSERT_EQ(cfg.instance_group_size(), 1);
-  EXPECT_EQ(cfg.instance_group(0).count(), 1);
-  EXPECT_EQ(cfg.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
-  EXPECT_EQ(cfg.instance_group(0).name(), "m_0");
+  // Triton's: one KIND_AUTO group named after the model, its kind and count resolved where the
+  // GPUs and the backend are known (repository::ResolveInstanceGroups, placement_test.cc).
+  EXPECT_EQ(cfg.instance_group(0).count(), 0);
+  EXPECT_EQ(cfg.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_AUTO);
+  EXPECT_EQ(cfg.instance_group(0).name(), "m");
   EXPECT_EQ(cfg.version_policy().latest().num_versions(), 1u);
   EXPECT_EQ(cfg.default_model_filename(), "model.onnx");
 }
@@ -76,7 +78,6 @@ TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
       {"backend: \"identity\" max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }", "preferred_batch_size 8"},
       {"backend: \"identity\" dynamic_batching { }", "requires max_batch_size"},
       {"backend: \"identity\" input [{name: \"a\" data_type: TYPE_FP32 dims: [2, 3] reshape: { shape: [5] }}]", "reshape"},
-      {"backend: \"identity\" instance_group [{count: -1}]", "count -1"},
       {"platform: \"tensorflow_lite\"", "unknown platform"},
   };
   for (const auto& c : cases) {

@@ -58,7 +58,9 @@ TEST(PlacementTest, ListedGpusOnly) {
       Config("instance_group [ { kind: KIND_CPU }, { name: \"g\" kind: KIND_GPU gpus: [ 3, 1 ] } ]"),
       kGpuOk, host.options);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu", "g_0@gpu:3", "g_0@gpu:1"));
+  // The KIND_CPU group sets no count: Triton's two for onnxruntime.
+  EXPECT_THAT(Describe(*p),
+              ::testing::ElementsAre("m_0_0@cpu", "m_0_1@cpu", "g_0@gpu:3", "g_0@gpu:1"));
 }
 
 TEST(PlacementTest, GpuIdOutOfRangeIsRefusedNamingIt) {
@@ -101,10 +103,55 @@ TEST(PlacementTest, KindAutoPicksTheGpuWhenOneExistsAndTheBackendCanUseIt) {
   p = PlaceInstances(cfg, kGpuOk, cpu_host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu", "m_0_1@cpu"));
-  // No instance_group at all is one KIND_CPU instance (config normalization), as before.
-  p = PlaceInstances(Config(""), kGpuOk, gpu_host.options);
+}
+
+// Triton's NormalizeInstanceGroup: no instance_group is one KIND_AUTO group named after the
+// model, and a group without a count gets SetDefaultInstanceCount's: 2 on the CPU for
+// onnxruntime and tensorflow, 1 for other backends and 1 per GPU.
+TEST(PlacementTest, NoInstanceGroupAndNoCountAreTritonsDefaults) {
+  Host gpu_host(2);
+  Host cpu_host(0);
+  const config::ModelConfig none = Config("");
+  ASSERT_EQ(none.instance_group_size(), 1);
+  EXPECT_EQ(none.instance_group(0).name(), "m");
+  EXPECT_EQ(none.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_AUTO);
+  auto p = PlaceInstances(none, kGpuOk, gpu_host.options);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu"));
+  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0@gpu:0", "m_0@gpu:1"));
+  p = PlaceInstances(none, kGpuOk, cpu_host.options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0@cpu", "m_1@cpu"));
+  p = PlaceInstances(none, kCpuOnly, gpu_host.options);  // a backend that cannot use the GPU
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0@cpu", "m_1@cpu"));
+
+  // Resolved into the config the client reads back; the placement does not change.
+  config::ModelConfig resolved = none;
+  ResolveInstanceGroups(&resolved, kGpuOk, cpu_host.options);
+  EXPECT_EQ(resolved.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
+  EXPECT_EQ(resolved.instance_group(0).count(), 2);
+  p = PlaceInstances(resolved, kGpuOk, cpu_host.options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0@cpu", "m_1@cpu"));
+  resolved = none;
+  ResolveInstanceGroups(&resolved, kGpuOk, gpu_host.options);
+  EXPECT_EQ(resolved.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_GPU);
+  EXPECT_EQ(resolved.instance_group(0).count(), 1);
+
+  // Other backends: one instance; a count below 1 is unset too (Triton's `count < 1`).
+  config::ModelConfig torch;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "name: \"m\" backend: \"pytorch\" instance_group [ { kind: KIND_CPU count: -2 } ]", &torch));
+  ASSERT_TRUE(config::NormalizeAndValidate(&torch, "m").ok());
+  ResolveInstanceGroups(&torch, kGpuOk, cpu_host.options);
+  EXPECT_EQ(torch.instance_group(0).count(), 1);
+  // An explicit count stays.
+  config::ModelConfig three = Config("instance_group [ { kind: KIND_CPU count: 3 } ]");
+  ResolveInstanceGroups(&three, kGpuOk, cpu_host.options);
+  EXPECT_EQ(three.instance_group(0).count(), 3);
+  EXPECT_EQ(DefaultInstanceCount(false, "tensorflow"), 2);
+  EXPECT_EQ(DefaultInstanceCount(false, "python"), 1);
+  EXPECT_EQ(DefaultInstanceCount(true, "onnxruntime"), 1);
 }
 
 TEST(PlacementTest, KindCpuWithGpusIsRefused) {
@@ -175,7 +222,8 @@ TEST(PlacementTest, OnnxRuntimeWithoutTheCudaProviderSaysWhy) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(p.status().message(), HasSubstr("CUDA execution provider is not installed"));
   // KIND_AUTO then stays on the CPU.
-  p = PlaceInstances(Config("instance_group [ { kind: KIND_AUTO } ]"), support, host.options);
+  p = PlaceInstances(Config("instance_group [ { kind: KIND_AUTO count: 1 } ]"), support,
+                     host.options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(Describe(*p), ::testing::ElementsAre("m_0_0@cpu"));
   // A GPU instance handed to it anyway is refused with the same reason, not crashed on.

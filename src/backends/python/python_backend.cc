@@ -407,12 +407,13 @@ class PythonInstance : public ModelInstance {
  public:
   // `gpu_inputs`: model.py takes inputs where they are, on any GPU of `gpus`, as CUDA tensors
   // (FORCE_CPU_ONLY_INPUT_TENSORS 'no' on a host with GPUs); `warnings` outlives the instance.
-  PythonInstance(const ModelSpec& spec, LaunchSpec launch, std::string instance_name,
+  PythonInstance(const ModelSpec& spec, LaunchSpec launch, const InstanceDevice& device,
                  gpu::Runtime* gpus, bool gpu_inputs, IpcFallbackWarnings* warnings)
       : spec_(spec),
         config_(*spec.config),
         launch_(std::move(launch)),
-        instance_name_(std::move(instance_name)),
+        instance_name_(device.name),
+        device_(device),
         label_(inferd::StrCat("model '", config_.name(), "' instance '", instance_name_, "'")),
         gpus_(gpus),
         gpu_inputs_(gpu_inputs),
@@ -541,9 +542,9 @@ class PythonInstance : public ModelInstance {
     w.StartObject();
     const std::pair<std::string_view, std::string> args[] = {
         {"model_config", config::ModelConfigToJson(config_)},
-        {"model_instance_kind", "CPU"},
+        {"model_instance_kind", device_.gpu ? "GPU" : "CPU"},
         {"model_instance_name", instance_name_},
-        {"model_instance_device_id", "0"},
+        {"model_instance_device_id", inferd::StrCat(device_.gpu ? device_.id : 0)},
         {"model_repository", spec_.model_dir},
         {"model_version", inferd::StrCat(spec_.version)},
         {"model_name", config_.name()},
@@ -1190,6 +1191,7 @@ class PythonInstance : public ModelInstance {
   const config::ModelConfig& config_;
   LaunchSpec launch_;
   const std::string instance_name_;
+  const InstanceDevice device_;  // where the config placed it; model.py reads it from args
   const std::string label_;
   std::atomic<bool> ready_{false};
   std::thread monitor_;
@@ -1292,8 +1294,26 @@ class PythonBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // Triton's Python backend takes KIND_GPU: model.py still runs in its process on the CPU, and
+  // args["model_instance_kind"] == "GPU" with "model_instance_device_id" tell it which GPU to put
+  // its own work on (torch, CuPy).
+  absl::Status GpuInstanceSupport() const override { return absl::OkStatus(); }
+
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {
+    // Triton's instance names: <group name>_<index within the group>.
+    int first = 0;
+    for (const auto& g : spec.config->instance_group()) {
+      if (&g == &group) break;
+      first += g.count();
+    }
+    return CreateInstanceOn(spec, group, index,
+                            InstanceDevice{false, 0, inferd::StrCat(group.name(), "_", index - first)});
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstanceOn(
+      const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index,
+      const InstanceDevice& device) override {
     // model.py receives the whole config (args["model_config"]) and reads its own keys
     // (tokenizer paths, thresholds), as in Triton: every key passes, with no warning.
     static constexpr ConfigSupport kSupport{.backend_checks_parameters = true};
@@ -1325,17 +1345,10 @@ class PythonBackend : public Backend {
       return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", spec.model_path,
                                                 "' not found"));
     }
-    // Triton's instance names: <group name>_<index within the group>.
-    int first = 0;
-    for (const auto& g : cfg.instance_group()) {
-      if (&g == &group) break;
-      first += g.count();
-    }
-    const std::string instance_name = inferd::StrCat(group.name(), "_", index - first);
     LaunchSpec launch = BaseLaunch("");
     RETURN_IF_ERROR(ResolveEnvironment(cfg, spec.model_dir, &launch));
-    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), instance_name,
-                                                     &gpus, gpu_inputs, &ipc_warnings_);
+    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), device, &gpus,
+                                                     gpu_inputs, &ipc_warnings_);
     RETURN_IF_ERROR(instance->Start());
     return instance;
   }
