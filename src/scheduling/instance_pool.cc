@@ -88,21 +88,26 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
     inferd::MutexLock lock(&mu_);
     if (may_run_here && !stopping_ && queued_.empty() && !handing_off_) {
       // An idle instance with no wake-up on its way: this thread runs the batch on it.
+      bool caller_running = false;
       for (size_t i = 0; i < slots_.size(); ++i) {
         Slot& s = *slots_[i];
         if (!s.busy && !s.woken) {
           s.busy = true;
+          s.caller = true;
           executing_ += batch.requests.size();
           caller = i;
           break;
         }
+        caller_running |= s.caller;
       }
-      // Every instance busy: the model is saturated (two event loops serving one instance,
-      // say). Hand off from now on, as without caller runs: the instance threads take the
-      // queue without sleeping between runs and each loop is woken once per batch of answers,
-      // where mixing the two paths costs more than either. Until an instance thread finds the
-      // queue empty and sleeps (InstanceLoop).
-      if (caller == kNoInstance) handing_off_ = true;
+      // Every instance busy. Held by another thread's caller run (two event loops sharing one
+      // instance, say): the batch is queued and that thread runs it right after its own
+      // (RunOnCaller), no thread woken. Held by instance threads: the model is saturated; hand
+      // off from now on, as without caller runs: the instance threads take the queue without
+      // sleeping between runs and each loop is woken once per batch of answers, where mixing
+      // the two paths costs more than either. Until an instance thread finds the queue empty
+      // and sleeps (InstanceLoop).
+      if (caller == kNoInstance && !caller_running) handing_off_ = true;
     }
     if (caller != kNoInstance) {
       // Run below, without the lock.
@@ -144,23 +149,44 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
 }
 
 void InstancePool::RunOnCaller(size_t index, Batch batch) {
-  const size_t n = batch.requests.size();
-  Run(instances_[index].get(), std::move(batch));
-  Slot* wake = nullptr;
-  {
-    inferd::MutexLock lock(&mu_);
-    Slot& slot = *slots_[index];
-    slot.busy = false;
-    executing_ -= n;
-    if (stopping_) all_free_.SignalAll();
-    // Another thread queued a batch while every instance was busy: the instance's own thread
-    // takes it, as it would had it run this batch itself.
-    if (!queued_.empty() && !slot.woken) {
-      slot.woken = true;
-      wake = &slot;
+  // Batches other threads queued meanwhile run here too (each thread that found the instance
+  // held by this run queued its batch and went on), for at most kCallerDrainRuns runs' worth of
+  // time; what is left after that goes to the instance's own thread. Their answers reach their
+  // own threads as an instance thread's would (one wake per batch of answers), and no thread
+  // was woken to run them.
+  constexpr uint64_t kCallerDrainRuns = 4;
+  const uint64_t drain_until = core::NowNs() + kCallerDrainRuns * options_.caller_run_max_ns;
+  for (;;) {
+    const size_t n = batch.requests.size();
+    Run(instances_[index].get(), std::move(batch));
+    Slot* wake = nullptr;
+    bool again = false;
+    {
+      inferd::MutexLock lock(&mu_);
+      Slot& slot = *slots_[index];
+      slot.busy = false;
+      slot.caller = false;
+      executing_ -= n;
+      if (stopping_) all_free_.SignalAll();
+      if (!queued_.empty() && !slot.woken) {
+        if (!stopping_ && core::NowNs() < drain_until &&
+            recent_run_ns_.load(std::memory_order_relaxed) <= options_.caller_run_max_ns) {
+          batch = std::move(queued_.front());
+          queued_.pop_front();
+          slot.busy = true;
+          slot.caller = true;
+          executing_ += batch.requests.size();
+          again = true;
+        } else {
+          // The instance's own thread takes the rest, as it would had it run this batch.
+          slot.woken = true;
+          wake = &slot;
+        }
+      }
     }
+    if (wake != nullptr) wake->cv.Signal();
+    if (!again) return;
   }
-  if (wake != nullptr) wake->cv.Signal();
 }
 
 void InstancePool::NoteRunTime(uint64_t ns) {

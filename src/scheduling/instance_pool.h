@@ -104,10 +104,13 @@ class InstancePool {
   // submitting thread (an HTTP loop, a gRPC thread, an ensemble step's completion), and its
   // responses are delivered before SubmitAny returns. For a model that runs in microseconds
   // the two hand-offs (wake the instance thread, wake the frontend's loop with the answer)
-  // cost more than the run; a frontend thread is held no longer than such a run. Once a
-  // submitter finds every instance busy, batches are handed off again until an instance
-  // thread finds the queue empty (a saturated model: hand-offs then cost little, one wake per
-  // batch of answers, and mixing the two paths costs more than either).
+  // cost more than the run. A submitter that finds every instance busy with another thread's
+  // caller run queues its batch and returns; that thread runs the queued batches after its own
+  // (no thread woken; a frontend thread is held at most about four such runs longer, then the
+  // instance thread takes the rest). One that finds every instance busy on its own thread
+  // hands batches off until an instance thread finds the queue empty (a saturated model:
+  // hand-offs then cost little, one wake per batch of answers, and mixing the two paths costs
+  // more than either).
   void SubmitAny(Batch batch, size_t max_queued);
   // Takes out the batches SubmitAny queued for which `take` returns true (cancelled, past a
   // deadline). `take` runs under the pool's lock: it must not call into the pool.
@@ -135,6 +138,8 @@ class InstancePool {
     std::optional<Batch> batch;  // submitted, not picked up yet
     bool busy = false;           // from Submit (or a pick from queued_, or a caller run)
                                  // until delivered
+    bool caller = false;         // busy with a caller run (RunOnCaller): it takes queued_
+                                 // work after its own, no wake needed
     bool woken = false;          // signalled for queued_ work, not awake yet
     inferd::CondVar cv;
   };

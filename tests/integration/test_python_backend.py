@@ -654,7 +654,7 @@ class TritonPythonModel:
     srv.wait_until(lambda: not Path(f"/proc/{pid}").exists() or
                    "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], 15, "the process to exit")
     log = srv.log()
-    assert "model 'fin' instance 'fin_0_0': fin is warming up" in log
+    assert "model 'fin' instance 'fin_0': fin is warming up" in log  # group 'fin' (no instance_group)
     assert "fin executes 1" in log
 
 

@@ -562,56 +562,95 @@ TEST_F(CallerRunsTest, NotForAModelWhoseRunsTakeLonger) {
   }
 }
 
-TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunGoesToTheInstanceThreadNeverAlongsideIt) {
+// Starts a caller run of `id` on a thread of its own, held inside Execute by the gate, and
+// waits until it runs (run number `run`).
+std::thread HoldCallerRun(ThreadRecordingInstance* inst, size_t run,
+                          const std::string& id,
+                          const std::function<bool(const std::string&)>& submit) {
+  inst->Gate(true);
+  std::thread caller([submit, id] { submit(id); });
+  for (int i = 0; i < 1000 && inst->ThreadOfRun(run) == std::thread::id(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  inst->Gate(false);
+  return caller;
+}
+
+TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunRunsOnThatThreadAfterItNeverAlongsideIt) {
   ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
   SubmitOne("warm");
   WaitCompleted(1);
   WaitIdle();
   ASSERT_TRUE(SubmitOne("warm2"));  // the run time is known: runs on this thread
-  inst->Gate(true);
-  std::thread caller([&] { SubmitOne("held"); });  // a caller run, held by the gate
-  // Wait until the held run has started on `caller` (the third run).
-  for (int i = 0; i < 1000 && inst->ThreadOfRun(2) == std::thread::id(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(inst->ThreadOfRun(2), caller.get_id());
-  inst->Gate(false);
-  EXPECT_FALSE(SubmitOne("queued"));  // the only instance is busy: queued, not run here
-  EXPECT_EQ(pool_->Queued(), 1u);
+  std::thread caller =
+      HoldCallerRun(inst, 2, "held", [this](const std::string& id) { return SubmitOne(id); });
+  const std::thread::id caller_id = caller.get_id();
+  ASSERT_EQ(inst->ThreadOfRun(2), caller_id);
+  // The only instance is held by `caller`'s run: queued, not run here, no thread woken.
+  EXPECT_FALSE(SubmitOne("queued1"));
+  EXPECT_FALSE(SubmitOne("queued2"));
+  EXPECT_EQ(pool_->Queued(), 2u);
   gates_[0].Notify();
-  caller.join();
-  WaitCompleted(4);
-  EXPECT_NE(inst->ThreadOfRun(3), caller.get_id());
-  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  caller.join();  // `caller` ran both before SubmitAny returned to it
+  WaitCompleted(5);
+  EXPECT_EQ(inst->ThreadOfRun(3), caller_id);
+  EXPECT_EQ(inst->ThreadOfRun(4), caller_id);
   EXPECT_EQ(inst->max_concurrent.load(), 1);
+  WaitIdle();
+  EXPECT_TRUE(SubmitOne("after"));  // still caller runs: no hand-off mode was entered
+  EXPECT_EQ(inst->ThreadOfRun(5), std::this_thread::get_id());
   std::lock_guard<std::mutex> lock(mu_);
-  EXPECT_TRUE(status_["queued"].ok()) << status_["queued"];
+  EXPECT_TRUE(status_["queued1"].ok()) << status_["queued1"];
+  EXPECT_EQ(output_["queued2"], "queued2");
   EXPECT_EQ(output_["held"], "held");
 }
 
-TEST_F(CallerRunsTest, OnceSaturatedItHandsOffUntilTheInstanceThreadFindsTheQueueEmpty) {
-  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
+TEST_F(CallerRunsTest, ACallerRunHeldPastItsDrainTimeLeavesTheQueueToTheInstanceThread) {
+  // Runs count as short up to 200 ms: a caller takes queued work for 4 x 200 ms after its run
+  // began; this one is held for longer.
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0),
+                                           /*caller_runs=*/true, std::chrono::milliseconds(200));
   SubmitOne("warm");
   WaitCompleted(1);
   WaitIdle();
   ASSERT_TRUE(SubmitOne("warm2"));
+  std::thread caller =
+      HoldCallerRun(inst, 2, "held", [this](const std::string& id) { return SubmitOne(id); });
+  const std::thread::id caller_id = caller.get_id();
+  ASSERT_EQ(inst->ThreadOfRun(2), caller_id);
+  EXPECT_FALSE(SubmitOne("queued"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  gates_[0].Notify();
+  caller.join();
+  WaitCompleted(4);
+  EXPECT_NE(inst->ThreadOfRun(3), caller_id);
+  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  EXPECT_EQ(inst->max_concurrent.load(), 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(output_["queued"], "queued");
+}
+
+TEST_F(CallerRunsTest, WorkQueuedBehindTheInstanceThreadRunsThereThenCallerRunsResume) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
+  // No run time known yet: the instance's thread runs "held" (held by the gate).
   inst->Gate(true);
-  std::thread first([&] { SubmitOne("held"); });
-  for (int i = 0; i < 1000 && inst->ThreadOfRun(2) == std::thread::id(); ++i) {
+  SubmitOne("held");
+  for (int i = 0; i < 1000 && inst->ThreadOfRun(0) == std::thread::id(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_EQ(inst->ThreadOfRun(2), first.get_id());
   inst->Gate(false);
-  EXPECT_FALSE(SubmitOne("queued"));  // every instance busy: queued, and hand-offs from now on
+  const std::thread::id instance_thread = inst->ThreadOfRun(0);
+  ASSERT_NE(instance_thread, std::this_thread::get_id());
+  // Every instance busy on its own thread: queued for it.
+  EXPECT_FALSE(SubmitOne("queued"));
   gates_[0].Notify();
-  first.join();
-  WaitCompleted(4);
-  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  WaitCompleted(2);
+  EXPECT_EQ(inst->ThreadOfRun(1), instance_thread);
   // The instance thread ran the queue dry and sleeps (Executing() is 0 only once it waits):
   // caller runs again.
   WaitIdle();
   EXPECT_TRUE(SubmitOne("after"));
-  EXPECT_EQ(inst->ThreadOfRun(4), std::this_thread::get_id());
+  EXPECT_EQ(inst->ThreadOfRun(2), std::this_thread::get_id());
   EXPECT_EQ(inst->max_concurrent.load(), 1);
 }
 
