@@ -345,8 +345,8 @@ def test_gpu_step_feeds_python_on_the_gpu(server):
     place, and the values are numpy's."""
     if not server.has_gpu_into_python:
         pytest.skip("no onnx module in this interpreter")
-    ready = requests.get(f"{server.url}/v2/models/gpu_into_python/ready", timeout=10)
-    assert ready.status_code == 200, f"gpu_into_python is not ready:\n{server.log()}"
+    # the ONNX step loads the CUDA provider: fails at once, with its reason, if it cannot
+    server.wait_ready("gpu_into_python", timeout=120)
     x = (np.arange(N_IN, dtype=np.float32) - 5) * 0.75
     for host in (1, 4):  # twice: the second call maps the (reused) GPU memory again
         got = infer(server, "gpu_into_python", x, ["Y", "INFO"], host=host)
