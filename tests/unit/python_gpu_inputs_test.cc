@@ -18,6 +18,7 @@
 #include "backends/python/python_backend.h"
 #include "backends/tensor_places.h"
 #include "config/model_config_util.h"
+#include "core/response_sender.h"
 #include "gmock/gmock.h"
 #include "gpu/fake_runtime.h"
 #include "gtest/gtest.h"
@@ -86,8 +87,11 @@ def describe(t):
 class TritonPythonModel:
     def initialize(self, args):
         FAIL[0] = args["model_name"].endswith("_fail_open")
+        self.decoupled = args["model_name"].endswith("_decoupled")
 
     def execute(self, requests):
+        if self.decoupled:
+            return self.execute_decoupled(requests)
         out = []
         for r in requests:
             info = {"log": list(LOG)}
@@ -96,6 +100,29 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor(
                 "INFO", np.array([json.dumps(info)], dtype=np.object_))]))
         return out
+
+    def execute_decoupled(self, requests):
+        # Answered from a thread after execute() returned: the input's mapping must still be
+        # open then (the server holds the memory until the call is answered).
+        import threading
+        import time
+        returned = threading.Event()
+
+        def answer(r, x):
+            returned.wait()
+            time.sleep(0.2)  # lets a close at execute()'s return happen first (only if broken)
+            info = {"log": list(LOG), "X": describe(x),
+                    "mapped_open": any(x._dev.ptr - 64 == a for a in MAPPED)}
+            r.get_response_sender().send(
+                pb_utils.InferenceResponse([pb_utils.Tensor(
+                    "INFO", np.array([json.dumps(info)], dtype=np.object_))]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X")
+            threading.Thread(target=answer, args=(r, x)).start()
+        returned.set()
+        return None
 )PY";
 
 constexpr char kConfig[] = R"PB(
@@ -276,6 +303,43 @@ TEST_F(PythonGpuInputsTest, AGpuInputReachesModelPyAsACudaTensorOverTheSameMemor
   EXPECT_STREQ(next["log"][1][0].GetString(), "close");
   EXPECT_EQ(next["log"][1][1].GetInt(), 0);
   EXPECT_TRUE(next["log"][1][2].GetBool());  // the address it opened
+}
+
+TEST_F(PythonGpuInputsTest, ADecoupledModelReadsItsGpuInputUntilItsFinalResponse) {
+  auto gpus = gpu::FakeRuntime::WithDevices(1);
+  ASSERT_NO_FATAL_FAILURE(Load("gin_decoupled",
+                               Force("no") + " model_transaction_policy { decoupled: true }",
+                               gpus.get()));
+  std::unique_ptr<gpu::DeviceBuffer> memory = *gpus->AllocateDevice(0, 256);
+  auto run = [&]() -> rapidjson::Document {
+    auto request = Request(memory.get());
+    std::vector<std::unique_ptr<core::InferResponse>> got;
+    bool final = false;
+    // Execute returns once the process has answered the call, after the final flag.
+    request->on_response = [&](std::unique_ptr<core::InferResponse> r, bool last) {
+      if (r != nullptr) got.push_back(std::move(r));
+      final |= last;
+    };
+    EXPECT_TRUE(core::PrepareDecoupledRequest(request.get(), true).ok());
+    auto unused = Run(request.get());
+    EXPECT_TRUE(final);
+    if (got.size() != 1) {
+      ADD_FAILURE() << got.size() << " responses";
+      return rapidjson::Document();
+    }
+    return Info(*got[0]);
+  };
+  rapidjson::Document info = run();
+  ASSERT_TRUE(info.IsObject());
+  EXPECT_FALSE(info["X"]["is_cpu"].GetBool());
+  EXPECT_TRUE(info["mapped_open"].GetBool());  // still mapped after execute() returned
+  ASSERT_EQ(info["log"].Size(), 1u);
+  EXPECT_STREQ(info["log"][0][0].GetString(), "open");
+  // Closed once the call was answered (after the final response).
+  rapidjson::Document next = run();
+  ASSERT_TRUE(next.IsObject());
+  ASSERT_GE(next["log"].Size(), 2u);
+  EXPECT_STREQ(next["log"][1][0].GetString(), "close");
 }
 
 TEST_F(PythonGpuInputsTest, WhenTheProcessCannotOpenTheHandleInputsComeAsHostCopies) {
