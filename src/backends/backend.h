@@ -57,6 +57,9 @@ struct ExecutionTimes {
   uint64_t output_start_ns = 0;  // runtime finished; outputs being collected
 };
 
+// ModelInstance::GpuInputsOn's answer for an instance that reads inputs on any GPU.
+inline constexpr int kAnyGpu = -1;
+
 // One execution context of a model (a session, a module copy). Execute is called by one
 // thread at a time; different instances run concurrently.
 class ModelInstance {
@@ -101,7 +104,9 @@ class ModelInstance {
   // CUDA shared-memory region, an ensemble step's GPU output), as well as host inputs; nullopt,
   // the default, for an instance that reads host bytes only. When every instance of a model
   // answers the same GPU, the server leaves such inputs on it; otherwise it copies them to the
-  // host first (backends/tensor_places.h). Never BYTES. Asked once, after creation.
+  // host first (backends/tensor_places.h). Never BYTES. kAnyGpu: inputs on whichever GPU they
+  // are (the Python backend, which hands model.py CUDA tensors where they lie). Asked once,
+  // after creation.
   virtual std::optional<int> GpuInputsOn() const { return std::nullopt; }
 
   // Any instance may leave an output on a GPU (OutputTensor::place GPU n, bytes complete by the

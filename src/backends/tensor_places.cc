@@ -11,8 +11,7 @@ absl::Status PlaceInputsFor(gpu::Runtime* gpus, core::InferRequest* request,
                             std::optional<int> gpu_inputs_on) {
   for (auto& in : request->inputs) {
     if (in.place.OnHost()) continue;
-    if (in.datatype != DataType::kBytes && gpu_inputs_on.has_value() &&
-        *gpu_inputs_on == in.place.device_id) {
+    if (in.datatype != DataType::kBytes && TakesGpuInputOn(gpu_inputs_on, in.place.device_id)) {
       continue;  // the instances read it where it is
     }
     auto host = gpu::CopyToPlaceNow(gpus, in.data, in.place, MemoryPlace::Host());

@@ -25,13 +25,21 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "backends/backend.h"
 #include "core/infer_request.h"
 #include "gpu/runtime.h"
 
 namespace inferd::backends {
 
+// Whether a model whose instances take GPU inputs on `gpu_inputs_on` (Model::gpu_inputs_on:
+// a GPU, kAnyGpu, or nullopt for host inputs only) reads an input on GPU `device` where it is.
+inline bool TakesGpuInputOn(std::optional<int> gpu_inputs_on, int device) {
+  return gpu_inputs_on.has_value() && (*gpu_inputs_on == kAnyGpu || *gpu_inputs_on == device);
+}
+
 // Copies to host memory each input of `request` whose place is a GPU other than
-// `gpu_inputs_on` (every GPU input when it is nullopt; a BYTES input on any GPU), one
+// `gpu_inputs_on` (TakesGpuInputOn; every GPU input when it is nullopt; a BYTES input on any
+// GPU), one
 // device-to-host copy each, waited for; the host bytes are held by request->holders and the
 // tensor's place becomes CPU. Inputs on the host are untouched. INTERNAL naming the input when
 // a copy fails (or `gpus` is null with a GPU input).

@@ -201,6 +201,49 @@ class CudaRuntime : public Runtime {
     return ToStatus(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
   }
 
+  absl::StatusOr<IpcExport> IpcGetMemHandle(int device, const void* ptr) override {
+    if (absl::Status st = Check(device); !st.ok()) return st;
+    if (absl::Status st = Use(device); !st.ok()) return st;
+    // The handle names the whole allocation that holds `ptr`; where `ptr` lies in it comes
+    // from the driver (cuMemGetAddressRange, reached through the runtime's entry point so the
+    // build needs no libcuda), as Triton's Python backend finds it.
+    using GetAddressRange = int (*)(unsigned long long* base, size_t* size,
+                                    unsigned long long ptr);
+    static const GetAddressRange get_range = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                           &found) != cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        fn = nullptr;
+      }
+      return reinterpret_cast<GetAddressRange>(fn);
+    }();
+    if (get_range == nullptr) {
+      return absl::UnavailableError("the NVIDIA driver has no cuMemGetAddressRange");
+    }
+    unsigned long long base = 0;
+    size_t size = 0;
+    const auto address = reinterpret_cast<unsigned long long>(ptr);
+    if (int err = get_range(&base, &size, address); err != 0) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "cuMemGetAddressRange on GPU ", device, ": CUDA driver error ", err,
+          " (not device memory of this process)"));
+    }
+    cudaIpcMemHandle_t h;
+    if (cudaError_t err = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base));
+        err != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InvalidArgumentError(
+          inferd::StrCat("cudaIpcGetMemHandle on GPU ", device, ": ", CudaError(err)));
+    }
+    IpcExport out;
+    out.handle.assign(reinterpret_cast<const char*>(&h), sizeof(h));
+    out.offset = address - base;
+    return out;
+  }
+
  private:
   absl::Status Check(int device) const {
     if (device < 0 || device >= count_) {

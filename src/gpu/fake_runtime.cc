@@ -173,6 +173,26 @@ std::string FakeRuntime::ExportIpcHandle(const DeviceBuffer& buffer) const {
   return h;
 }
 
+absl::StatusOr<IpcExport> FakeRuntime::IpcGetMemHandle(int device, const void* ptr) {
+  if (absl::Status st = CheckDevice(device); !st.ok()) return st;
+  inferd::MutexLock lock(&mu_);
+  const char* p = static_cast<const char*>(ptr);
+  for (const Allocation& a : allocations_) {
+    if (a.device == device && p >= a.begin && p < a.begin + a.size) {
+      IpcExport out;
+      out.handle.assign(kIpcHandleBytes, '\0');
+      constexpr std::string_view kMagic = "inferd-fake-ipc";
+      std::memcpy(out.handle.data(), kMagic.data(), kMagic.size());
+      std::memcpy(out.handle.data() + 16, &a.begin, sizeof(a.begin));
+      std::memcpy(out.handle.data() + 24, &device, sizeof(device));
+      out.offset = static_cast<uint64_t>(p - a.begin);
+      return out;
+    }
+  }
+  return absl::InvalidArgumentError(inferd::StrCat(
+      "cudaIpcGetMemHandle on GPU ", device, ": CUDA error 1 (cudaErrorInvalidValue)"));
+}
+
 absl::StatusOr<void*> FakeRuntime::IpcOpenMemHandle(int device, std::string_view handle) {
   if (handle.size() != kIpcHandleBytes) {
     return absl::InvalidArgumentError(inferd::StrCat(

@@ -40,6 +40,9 @@ class FakeRuntime : public Runtime {
 
   absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) override;
   absl::Status IpcCloseMemHandle(int device, void* ptr) override;
+  // ExportIpcHandle of the fake device allocation on `device` that holds `ptr`, and the
+  // offset of `ptr` in it; INVALID_ARGUMENT (CUDA's cudaErrorInvalidValue) for other memory.
+  absl::StatusOr<IpcExport> IpcGetMemHandle(int device, const void* ptr) override;
 
   // What cudaIpcGetMemHandle would give another process for `buffer` (which must be this
   // runtime's): kIpcHandleBytes bytes that IpcOpenMemHandle maps back to its memory.

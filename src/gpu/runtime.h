@@ -77,6 +77,14 @@ inline constexpr size_t kIpcHandleBytes = 64;
 
 class StreamPool;  // gpu/stream_pool.h
 
+// Device memory exported for another process (cudaIpcGetMemHandle): the handle names the whole
+// allocation that holds the pointer; the pointer is `offset` bytes into it. The other process
+// opens the handle (cudaIpcOpenMemHandle gives the allocation's start) and adds `offset`.
+struct IpcExport {
+  std::string handle;  // kIpcHandleBytes raw bytes
+  uint64_t offset = 0;
+};
+
 // Streams per device in a runtime's EdgeStreams(): GPUs have one or two copy engines per
 // direction, so more concurrent edge copies per device than this would not finish sooner.
 inline constexpr int kEdgeStreamsPerDevice = 4;
@@ -116,6 +124,14 @@ class Runtime {
   virtual absl::StatusOr<void*> IpcOpenMemHandle(int device, std::string_view handle) = 0;
   // Unmaps what IpcOpenMemHandle(device, ...) returned.
   virtual absl::Status IpcCloseMemHandle(int device, void* ptr) = 0;
+
+  // Exports `ptr`, an address inside memory this process allocated on `device` (cudaMalloc),
+  // for another process: cudaIpcGetMemHandle, and the pointer's offset inside its allocation.
+  // The memory must stay allocated until the other process has closed the handle. The
+  // runtime's error for memory it cannot export (memory this process itself opened from
+  // another's handle, a pool allocation); OUT_OF_RANGE for a device that does not exist;
+  // UNIMPLEMENTED for a runtime without IPC (the default).
+  virtual absl::StatusOr<IpcExport> IpcGetMemHandle(int device, const void* ptr);
 
   // The streams of the copies made at the server's edges (CopyNow), reused from copy to copy:
   // at most kEdgeStreamsPerDevice per device, created on first use by CreateStream.

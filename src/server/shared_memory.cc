@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "backends/tensor_places.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "core/response_sender.h"
@@ -211,7 +212,7 @@ absl::Status SharedMemoryManager::Attach(core::InferRequest* request,
     auto view = Resolve(*in.shm, inferd::StrCat("input '", in.name, "'"));
     if (!view.ok()) return view.status();
     if (!view->place.OnHost() &&
-        !(gpu_inputs_on.has_value() && *gpu_inputs_on == view->place.device_id)) {
+        !backends::TakesGpuInputOn(gpu_inputs_on, view->place.device_id)) {
       // The model reads host bytes: one device-to-host copy, here at the edge.
       auto host = gpu::PlacedBuffer::Allocate(*gpus_, MemoryPlace::Host(), view->size);
       if (!host.ok()) return host.status();

@@ -89,9 +89,9 @@ class SharedMemoryManager {
   // Points every shared-memory input of `request` at its region, and arranges for outputs that
   // name a region to be written there when the request completes (an output larger than its
   // region's byte size fails the request). An input in a CUDA region is copied to the host
-  // once, unless `gpu_inputs_on` names that region's GPU (the model's instances take GPU
-  // inputs there): then the tensor carries the GPU place and no copy is made. Call before
-  // validation.
+  // once, unless the model's instances take GPU inputs there (`gpu_inputs_on` names that
+  // region's GPU, or is backends::kAnyGpu): then the tensor carries the GPU place and no copy
+  // is made. Call before validation.
   absl::Status Attach(core::InferRequest* request,
                       std::optional<int> gpu_inputs_on = std::nullopt) const;
 

@@ -188,7 +188,9 @@ class TritonPythonModel:
         return out
 '''
 
-WARNING = "parameters FORCE_CPU_ONLY_INPUT_TENSORS 'no' has no effect in inferd"
+# Here (no GPU driver) 'no' has nothing to hand over; on a host with a GPU, inputs on it reach
+# model.py as CUDA tensors (tests/unit/python_gpu_inputs_test.cc, tests/gpu/test_python_dlpack.py).
+WARNING = "parameters FORCE_CPU_ONLY_INPUT_TENSORS 'no' has no effect on this host (no GPU: "
 
 
 def write_model(repo, name, config, model_py):
@@ -274,7 +276,7 @@ def test_bls_with_a_gpu_input(dl_server):
     _, out = parse_response(infer(dl_server, "dl_bls", [x_input(x)],
                                   outputs=[{"name": "Y"}, {"name": "CALLEE_CPU"}]))
     np.testing.assert_array_equal(out["Y"], x * 6)
-    # the callee was given host memory (FORCE_CPU_ONLY_INPUT_TENSORS 'no' changes nothing)
+    # the callee was given host memory: the stub copies a BLS request's GPU tensors to the host
     assert out["CALLEE_CPU"].tolist() == [True]
 
 

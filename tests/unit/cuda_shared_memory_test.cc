@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/backend.h"
 #include "gmock/gmock.h"
 #include "gpu/copy.h"
 #include "gpu/fake_runtime.h"
@@ -159,6 +160,20 @@ TEST(CudaSharedMemoryTest, AModelTakingGpuInputsGetsTheRegionWithNoCopy) {
   ASSERT_TRUE(shm.Attach(other.get(), /*gpu_inputs_on=*/0).ok());
   EXPECT_EQ(other->inputs[0].place, MemoryPlace::Host());
   EXPECT_EQ(rt->CopyCount(CopyKind::kDeviceToHost), 1);
+}
+
+TEST(CudaSharedMemoryTest, AModelTakingGpuInputsOnAnyGpuGetsEveryRegionWithNoCopy) {
+  // The Python backend with FORCE_CPU_ONLY_INPUT_TENSORS 'no' (backends::kAnyGpu).
+  auto rt = FakeRuntime::WithDevices(2);
+  Client c(*rt, 1, 32);
+  SharedMemoryManager shm(rt.get());
+  ASSERT_TRUE(shm.RegisterCuda("io", c.handle, 1, 32).ok());
+  std::unique_ptr<core::InferResponse> answer;
+  auto request = RequestWith(Ref("io", 0, 16), Ref("io", 16, 16), &answer);
+  ASSERT_TRUE(shm.Attach(request.get(), backends::kAnyGpu).ok());
+  EXPECT_EQ(request->inputs[0].place, MemoryPlace::Gpu(1));
+  EXPECT_EQ(request->inputs[0].data.data(), c.data());
+  EXPECT_EQ(rt->CopyCount(CopyKind::kDeviceToHost), 0);
 }
 
 TEST(CudaSharedMemoryTest, AttachRefusesOutOfBoundsTensorsNamingTheRegion) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "backends/identity/identity_backend.h"
+#include "backends/python/python_backend.h"
 #include "backends/tensor_places.h"
 #include "common/mutex.h"
 #include "frontends/http/kserve_service.h"
@@ -178,8 +179,35 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 )";
 
+// A Python model with FORCE_CPU_ONLY_INPUT_TENSORS 'no' (GpuDataPathPythonTest): the stub's
+// CUDA calls are fakes (the fake GPU's memory is this process's, which the Python process cannot
+// read); OUTPUT0 says what model.py got: [on the GPU, DLPack device type, device id, handles
+// opened so far].
+constexpr char kPyGpuModel[] = R"PY(
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+OPENED = []
+pb_utils._ipc_open = lambda handle, device: OPENED.append(handle) or 4096
+pb_utils._ipc_close = lambda address, device: None
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            d = x.__dlpack_device__()
+            y = np.array([0 if x.is_cpu() else 1, d[0], d[1], len(OPENED)], dtype=np.float32)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return out
+)PY";
+
 class GpuDataPathTest : public ::testing::Test {
  protected:
+  // GpuDataPathPythonTest: also the Python backend and its models.
+  virtual bool WithPython() const { return false; }
+
   void SetUp() override {
     repo_ = fs::temp_directory_path() / ("inferd_gpu_data_path_test_" + std::to_string(::getpid()));
     fs::remove_all(repo_);
@@ -214,6 +242,15 @@ ensemble_scheduling { step [
     ensemble("gpu0_gpu1", "gpu0", "gpu1");
     ensemble("gpu0s_gpu0s", "gpu0s", "gpu0s");
     gpus_ = gpu::FakeRuntime::WithDevices(2);
+    if (WithPython()) {
+      model("py_gpu", std::string("backend: \"python\"\n") + kIo +
+                          "instance_group [ { kind: KIND_CPU } ]\n"
+                          "parameters { key: \"FORCE_CPU_ONLY_INPUT_TENSORS\" value: { "
+                          "string_value: \"no\" } }\n");
+      std::ofstream(repo_ / "py_gpu" / "1" / "model.py") << kPyGpuModel;
+      ensemble("gpu1_py_gpu", "gpu1", "py_gpu");
+      backends_.Register(backends::MakePythonBackend(gpus_.get()));
+    }
     backends_.Register(backends::MakeIdentityBackend());
     backends_.Register(std::make_unique<GpuEchoBackend>(gpus_.get()));
     backends_.Register(std::make_unique<GpuStreamBackend>(gpus_.get()));
@@ -324,6 +361,24 @@ TEST_F(GpuDataPathTest, RegionInputReachesGpuInstanceWithoutCopyAndOutputGoesDev
   EXPECT_EQ(Copies(gpu::CopyKind::kHostToDevice), 0);
   EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToDevice), 1);  // the output into the region
   EXPECT_THAT(Region(32), ElementsAre(2, 3, 4, 5));
+}
+
+class GpuDataPathPythonTest : public GpuDataPathTest {
+ protected:
+  bool WithPython() const override { return true; }
+};
+
+TEST_F(GpuDataPathPythonTest, AGpuStepFeedsAPythonModelTakingGpuInputsWithNoHostCopy) {
+  // FORCE_CPU_ONLY_INPUT_TENSORS 'no': the model takes inputs on any GPU, so the first step's
+  // output stays on GPU 1 and model.py gets a CUDA tensor there through one IPC handle.
+  HttpResponse r = Infer("gpu1_py_gpu", false, false);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(r.body, HasSubstr(R"("data":[1.0,2.0,1.0,1.0])")) << r.body;
+  EXPECT_EQ(Copies(gpu::CopyKind::kDeviceToHost), 0);
+  // A host input stays a host tensor: nothing opened.
+  HttpResponse host = Infer("py_gpu", false, false);
+  ASSERT_EQ(host.status, 200) << host.body;
+  EXPECT_THAT(host.body, HasSubstr(R"("data":[0.0,1.0,0.0,1.0])")) << host.body;
 }
 
 // Every edge copy (into the region, to the host for the body, a region input to the host)

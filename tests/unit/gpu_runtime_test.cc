@@ -78,7 +78,18 @@ TEST(SystemRuntimeTest, ReportsDevicesOrWhyNone) {
     // No device to open a client's CUDA IPC handle on.
     EXPECT_EQ(rt.IpcOpenMemHandle(0, std::string(kIpcHandleBytes, '\0')).status().code(),
               absl::StatusCode::kOutOfRange);
+    // Nor memory to export for another process (the Python backend's GPU inputs).
+    int dummy = 0;
+    EXPECT_EQ(rt.IpcGetMemHandle(0, &dummy).status().code(),
+              BuiltWithCuda() ? absl::StatusCode::kOutOfRange : absl::StatusCode::kUnimplemented);
   } else {
+    // An address inside an allocation exports the allocation's handle and the offset.
+    auto memory = rt.AllocateDevice(0, 256);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    auto ex = rt.IpcGetMemHandle(0, static_cast<char*>((*memory)->data()) + 64);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_EQ(ex->handle.size(), kIpcHandleBytes);
+    EXPECT_EQ(ex->offset, 64u);
     auto props = rt.Properties(0);
     ASSERT_TRUE(props.ok()) << props.status();
     EXPECT_GT(props->total_memory_bytes, 0u);

@@ -15,9 +15,11 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "backends/batch_io.h"
 #include "backends/module_backend.h"
+#include "backends/tensor_places.h"
 #include "config/model_files.h"
 #include "backends/python/python_stub_process.h"
 #include "common/archive.h"
@@ -212,11 +214,18 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
 //   execute (to the stub): u8 1, u8 flags (1: decoupled), u16 requests; per request: str16 id,
 //     u64 timeout_us, str32 parameters (JSON object), u16 inputs, u16 outputs, the inputs
 //     (str16 name, u8 datatype (TRITONSERVER_DataType), u8 dims, i64 x dims, u64 offset,
-//     u64 size), the requested output names (str16).
+//     u64 size), the requested output names (str16). An input left on a GPU for model.py
+//     (FORCE_CPU_ONLY_INPUT_TENSORS 'no') has kGpuInputBit set in its datatype byte, its
+//     offset is inside the CUDA allocation rather than the region, and i32 device id plus the
+//     64-byte cudaIpcMemHandle_t follow its size; the stub opens the handle for the call.
+//   gpu_inputs_failed (JSON, from the stub instead of an answer): {"op", "message"}: it could
+//     not open an input's handle (no CUDA runtime, the driver refused) and ran nothing; the
+//     execute is sent again with every input in the region.
 //   done (from the stub): u8 2, u8 0, u16 responses; per response: u8 0 (outputs: u16 count,
 //     then tensors as above) or u8 1 (error: u8 TritonError code, str32 message).
 constexpr char kBinExecute = 1;
 constexpr char kBinDone = 2;
+constexpr uint8_t kGpuInputBit = 0x80;
 
 class BinWriter {
  public:
@@ -298,6 +307,21 @@ absl::StatusOr<TensorDesc> GetTensorDesc(BinReader& r) {
   d.datatype = static_cast<DataType>(type);
   return d;
 }
+
+// One WARNING per model version whose GPU inputs cannot go to model.py through CUDA IPC (they
+// are copied to the host instead), whichever instance meets it first. Thread-safe.
+class IpcFallbackWarnings {
+ public:
+  // True the first time for `model`.
+  bool First(const std::string& model) {
+    inferd::MutexLock lock(&mu_);
+    return warned_.insert(model).second;
+  }
+
+ private:
+  inferd::Mutex mu_;
+  absl::flat_hash_set<std::string> warned_ ABSL_GUARDED_BY(mu_);
+};
 
 // Settings shared by every Python model (--backend-config=python,...; SAGEMAKER_TRITON_SHM_*).
 struct BackendSettings {
@@ -381,14 +405,24 @@ absl::Status ResolveEnvironment(const config::ModelConfig& cfg, const std::strin
 // on other threads, so the process handle is guarded by mu_.
 class PythonInstance : public ModelInstance {
  public:
-  PythonInstance(const ModelSpec& spec, LaunchSpec launch, const InstanceDevice& device)
+  // `gpu_inputs`: model.py takes inputs where they are, on any GPU of `gpus`, as CUDA tensors
+  // (FORCE_CPU_ONLY_INPUT_TENSORS 'no' on a host with GPUs); `warnings` outlives the instance.
+  PythonInstance(const ModelSpec& spec, LaunchSpec launch, const InstanceDevice& device,
+                 gpu::Runtime* gpus, bool gpu_inputs, IpcFallbackWarnings* warnings)
       : spec_(spec),
         config_(*spec.config),
         launch_(std::move(launch)),
         instance_name_(device.name),
         device_(device),
-        label_(inferd::StrCat("model '", config_.name(), "' instance '", instance_name_, "'")) {
+        label_(inferd::StrCat("model '", config_.name(), "' instance '", instance_name_, "'")),
+        gpus_(gpus),
+        gpu_inputs_(gpu_inputs),
+        warnings_(warnings) {
     launch_.label = label_;
+  }
+
+  std::optional<int> GpuInputsOn() const override {
+    return gpu_inputs_ ? std::optional<int>(kAnyGpu) : std::nullopt;
   }
 
   ~PythonInstance() override { Stop(); }
@@ -732,7 +766,14 @@ class PythonInstance : public ModelInstance {
                           std::span<core::InferResponse* const> responses, ExecutionTimes* times,
                           uint64_t deadline) {
     StubProcess* stub = proc->stub.get();
-    RETURN_IF_ERROR(WriteExecute(stub, requests, &message_));
+    // Inputs on a GPU: their CUDA IPC handles, or a host copy where there is none. An input
+    // that reaches model.py neither way fails the batch (the process is fine).
+    std::vector<std::optional<gpu::IpcExport>> exports;
+    if (absl::Status st = PlaceGpuInputs(requests, &exports); !st.ok()) {
+      FailBatch(responses, st);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(WriteExecute(stub, requests, exports, &message_));
     times->input_end_ns = core::NowNs();
     RETURN_IF_ERROR(stub->Send(message_));
 
@@ -752,6 +793,19 @@ class PythonInstance : public ModelInstance {
         times->output_start_ns = core::NowNs();
         return CollectResponses(stub, doc, requests, responses);
       }
+      if (op == "gpu_inputs_failed") {
+        // The process could not open an input's CUDA IPC handle and ran nothing: from now on
+        // this instance sends host copies; this execute goes again with them.
+        ipc_off_ = true;
+        WarnIpcFallback(GetString(doc, "message"));
+        if (absl::Status st = PlaceGpuInputs(requests, &exports); !st.ok()) {
+          FailBatch(responses, st);
+          return absl::OkStatus();
+        }
+        RETURN_IF_ERROR(WriteExecute(stub, requests, exports, &message_));
+        RETURN_IF_ERROR(stub->Send(message_));
+        continue;
+      }
       if (op == "error") {
         // The stub could not run execute at all (a bug in the message or the model module).
         FailBatch(responses, absl::InternalError(inferd::StrCat(
@@ -767,7 +821,10 @@ class PythonInstance : public ModelInstance {
   // and requested output names; the input bytes go into the process's region, each request's
   // tensors at aligned offsets (the model sees each request on its own, as Triton's Python
   // backend shows them: no batch is gathered). `msg` is reused: its capacity stays.
+  // `exports` (PlaceGpuInputs): one entry per input of every request in order, set for an
+  // input that stays on its GPU.
   absl::Status WriteExecute(StubProcess* stub, std::span<core::InferRequest* const> requests,
+                            const std::vector<std::optional<gpu::IpcExport>>& exports,
                             std::string* msg) {
     msg->clear();
     BinWriter w(msg);
@@ -775,12 +832,16 @@ class PythonInstance : public ModelInstance {
     w.Put<uint8_t>(config_.model_transaction_policy().decoupled() ? 1 : 0);
     w.Put<uint16_t>(static_cast<uint16_t>(requests.size()));
     uint64_t total = 0;
+    size_t k = 0;
     for (const auto* r : requests) {
-      for (const auto& in : r->inputs) total = AlignUp(total + in.data.size());
+      for (const auto& in : r->inputs) {
+        if (!exports[k++].has_value()) total = AlignUp(total + in.data.size());
+      }
     }
     auto base = stub->Reserve(std::max<uint64_t>(total, 1));
     if (!base.ok()) return base.status();
     uint64_t off = 0;
+    k = 0;
     for (const auto* r : requests) {
       w.Str16(r->id);
       w.Put<uint64_t>(r->timeout_us);
@@ -789,6 +850,17 @@ class PythonInstance : public ModelInstance {
       w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
                                                                : r->outputs.size()));
       for (const auto& in : r->inputs) {
+        if (const std::optional<gpu::IpcExport>& ex = exports[k++]; ex.has_value()) {
+          w.Str16(in.name);
+          w.Put<uint8_t>(static_cast<uint8_t>(in.datatype) | kGpuInputBit);
+          w.Put<uint8_t>(static_cast<uint8_t>(in.shape.size()));
+          for (int64_t d : in.shape) w.Put<int64_t>(d);
+          w.Put<uint64_t>(ex->offset);
+          w.Put<uint64_t>(in.data.size());
+          w.Put<int32_t>(in.place.device_id);
+          msg->append(ex->handle);
+          continue;
+        }
         if (!in.data.empty()) std::memcpy(*base + off, in.data.data(), in.data.size());
         PutTensorDesc(w, in.name, in.datatype, in.shape, off, in.data.size());
         off = AlignUp(off + in.data.size());
@@ -800,6 +872,65 @@ class PythonInstance : public ModelInstance {
       }
     }
     return absl::OkStatus();
+  }
+
+  // For each input of `requests` (in order) on a GPU: its CUDA IPC handle in `exports`, which
+  // the process opens to hand model.py a CUDA tensor over the same memory (the request holds
+  // that memory until Execute returns, and the process answers before that, a decoupled model
+  // included). Where a handle cannot be made (memory the runtime cannot export: a CUDA
+  // shared-memory region, which is itself mapped from a client's handle; a host without a
+  // driver) or the process could not open one before (ipc_off_), the request's GPU inputs are
+  // copied to the host (one WARNING per model) and their entries stay empty. Host inputs:
+  // empty entries. The error names the input that reaches model.py neither way.
+  absl::Status PlaceGpuInputs(std::span<core::InferRequest* const> requests,
+                              std::vector<std::optional<gpu::IpcExport>>* exports) {
+    exports->clear();
+    for (core::InferRequest* r : requests) {
+      const size_t first = exports->size();
+      bool to_host = false;
+      std::string why;
+      for (auto& in : r->inputs) {
+        if (in.place.OnHost()) {
+          exports->emplace_back();
+          continue;
+        }
+        if (in.data.empty()) {  // nothing to map: an empty host tensor
+          in.place = MemoryPlace::Host();
+          exports->emplace_back();
+          continue;
+        }
+        if (!to_host && !ipc_off_) {
+          absl::StatusOr<gpu::IpcExport> ex =
+              gpus_->IpcGetMemHandle(in.place.device_id, in.data.data());
+          if (ex.ok()) {
+            exports->push_back(*std::move(ex));
+            continue;
+          }
+          why = inferd::StrCat("input '", in.name, "' on ", in.place.ToString(), ": ",
+                               ex.status().message());
+          WarnIpcFallback(why);
+        }
+        to_host = true;
+        exports->emplace_back();
+      }
+      if (!to_host) continue;
+      exports->resize(first, std::nullopt);
+      if (absl::Status st = PlaceInputsFor(gpus_, r, std::nullopt); !st.ok()) {
+        return absl::InternalError(inferd::StrCat(
+            label_, ": ", st.message(), " (model.py cannot read it on the GPU either: ",
+            why.empty() ? "the Python process could not open CUDA IPC handles" : why, ")"));
+      }
+      exports->resize(first + r->inputs.size(), std::nullopt);
+    }
+    return absl::OkStatus();
+  }
+
+  void WarnIpcFallback(std::string_view why) {
+    if (!warnings_->First(inferd::StrCat(config_.name(), ":", spec_.version))) return;
+    LOG_WARNING << "model '" << config_.name() << "': parameters FORCE_CPU_ONLY_INPUT_TENSORS "
+                << "'no': an input on a GPU could not be handed to model.py through CUDA IPC ("
+                << why << "); such inputs are copied to the host, and model.py receives them in "
+                << "host memory";
   }
 
   // The BLS calls a model started during one execute and has not awaited yet.
@@ -1071,11 +1202,17 @@ class PythonInstance : public ModelInstance {
   pid_t launching_pid_ ABSL_GUARDED_BY(mu_) = -1;
   std::string last_failure_ ABSL_GUARDED_BY(mu_);
   std::string message_;  // the execute message, reused (Execute runs on one thread at a time)
+  gpu::Runtime* const gpus_;
+  const bool gpu_inputs_;
+  IpcFallbackWarnings* const warnings_;
+  // The process could not open a CUDA IPC handle: GPU inputs go as host copies from then on.
+  // Read and written by Execute only (one thread at a time).
+  bool ipc_off_ = false;
 };
 
 class PythonBackend : public Backend {
  public:
-  PythonBackend() {
+  explicit PythonBackend(gpu::Runtime* gpus) : gpus_(gpus) {
     // SageMaker's Triton container names (its serve script turns them into --backend-config).
     ReadSize("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", &settings_.shm_default_bytes);
     ReadSize("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", &settings_.shm_growth_bytes);
@@ -1182,19 +1319,25 @@ class PythonBackend : public Backend {
     static constexpr ConfigSupport kSupport{.backend_checks_parameters = true};
     RETURN_IF_ERROR(CheckConfigSupport(spec, name(), kSupport, index));
     const config::ModelConfig& cfg = *spec.config;
+    gpu::Runtime& gpus = gpus_ != nullptr ? *gpus_ : gpu::SystemRuntime();
+    bool gpu_inputs = false;
     if (auto force = config::GetParameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS"); force) {
       if (*force != "yes" && *force != "no") {
         return absl::InvalidArgumentError(inferd::StrCat(
             "model '", cfg.name(), "': parameters FORCE_CPU_ONLY_INPUT_TENSORS takes 'yes' or "
             "'no', got '", *force, "'"));
       }
-      // 'no' lets Triton hand model.py inputs that are on a GPU; here they always arrive in
-      // host memory (within Triton's "may"), so the key changes nothing: one WARNING per
-      // version (instance 0).
-      if (*force == "no" && index == 0) {
-        LOG_WARNING << "model '" << cfg.name() << "': parameters FORCE_CPU_ONLY_INPUT_TENSORS "
-                    << "'no' has no effect in inferd: model.py receives its inputs in host "
-                    << "memory (tensors it puts on a GPU with DLPack are still answered)";
+      // 'no', as in Triton: an input on a GPU (an ensemble step's GPU output, a CUDA
+      // shared-memory region) reaches model.py there, as a CUDA tensor, through a CUDA IPC
+      // handle; host inputs stay host tensors. Without a GPU there is nothing to hand over:
+      // one WARNING per version (instance 0).
+      if (*force == "no") {
+        gpu_inputs = gpus.DeviceCount() > 0;
+        if (!gpu_inputs && index == 0) {
+          LOG_WARNING << "model '" << cfg.name() << "': parameters FORCE_CPU_ONLY_INPUT_TENSORS "
+                      << "'no' has no effect on this host (no GPU: " << gpus.UnavailableReason()
+                      << "): model.py receives its inputs in host memory";
+        }
       }
     }
     std::error_code ec;
@@ -1204,7 +1347,8 @@ class PythonBackend : public Backend {
     }
     LaunchSpec launch = BaseLaunch("");
     RETURN_IF_ERROR(ResolveEnvironment(cfg, spec.model_dir, &launch));
-    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), device);
+    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), device, &gpus,
+                                                     gpu_inputs, &ipc_warnings_);
     RETURN_IF_ERROR(instance->Start());
     return instance;
   }
@@ -1228,6 +1372,8 @@ class PythonBackend : public Backend {
   }
 
   BackendSettings settings_;  // written by Configure before any load, then read-only
+  gpu::Runtime* const gpus_;   // null: gpu::SystemRuntime()
+  IpcFallbackWarnings ipc_warnings_;
 };
 
 }  // namespace
@@ -1245,6 +1391,8 @@ std::string PythonStubDirectory() {
   return INFERD_PYTHON_STUB_SOURCE_DIR;
 }
 
-std::unique_ptr<Backend> MakePythonBackend() { return std::make_unique<PythonBackend>(); }
+std::unique_ptr<Backend> MakePythonBackend(gpu::Runtime* gpus) {
+  return std::make_unique<PythonBackend>(gpus);
+}
 
 }  // namespace inferd::backends

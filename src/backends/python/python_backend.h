@@ -10,10 +10,14 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "gpu/runtime.h"
 
 namespace inferd::backends {
 
-std::unique_ptr<Backend> MakePythonBackend();
+// `gpus`: the device layer whose GPU inputs model.py may receive as CUDA tensors
+// (FORCE_CPU_ONLY_INPUT_TENSORS 'no'); null for gpu::SystemRuntime(). Tests pass a
+// gpu::FakeRuntime.
+std::unique_ptr<Backend> MakePythonBackend(gpu::Runtime* gpus = nullptr);
 
 // Where the stub and triton_python_backend_utils.py are: $INFERD_PYTHON_BACKEND_DIR, else
 // <exe dir>/python_backend, else <exe dir>/../lib/inferd/python_backend, else the source tree.

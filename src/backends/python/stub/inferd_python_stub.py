@@ -40,6 +40,9 @@ _REQ = struct.Struct("<QI")
 _COUNTS = struct.Struct("<HH")
 _TYPE_DIMS = struct.Struct("<BB")
 _OFF_SIZE = struct.Struct("<QQ")
+_I32 = struct.Struct("<i")
+_GPU_INPUT_BIT = 0x80  # in an input's type byte: on a GPU, its CUDA IPC handle follows
+_IPC_HANDLE_BYTES = 64
 _OK = struct.Struct("<BH")
 _ERR = struct.Struct("<BBI")
 _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
@@ -377,6 +380,10 @@ def _error_message(e):
     return f"{type(e).__name__}: {e}"
 
 
+class _GpuInputsFailed(Exception):
+    """An input's CUDA IPC handle could not be opened (no CUDA runtime, the driver refused)."""
+
+
 class Stub:
     def __init__(self, channel):
         self.channel = channel
@@ -388,6 +395,7 @@ class Stub:
         self.outputs_all = []
         self._last_msg = None
         self._last_layout = None
+        self._opened = {}  # (device, CUDA IPC handle) -> mapped address, for the current call
 
     def load_module(self, msg):
         path = msg["model_path"]
@@ -492,7 +500,14 @@ class Stub:
                 pos += 8 * dims
                 off, size = off_size(msg, pos)
                 pos += 16
-                inputs.append((tname, off, size, shape, code))
+                gpu = None
+                if code & _GPU_INPUT_BIT:  # on GPU `device`, `off` bytes into the allocation
+                    code &= ~_GPU_INPUT_BIT
+                    (device,) = _I32.unpack_from(msg, pos)
+                    pos += 4
+                    gpu = (device, bytes(msg[pos:pos + _IPC_HANDLE_BYTES]))
+                    pos += _IPC_HANDLE_BYTES
+                inputs.append((tname, off, size, shape, code, gpu))
             outputs = []
             for _ in range(n_out):
                 (n,) = u16(msg, pos)
@@ -519,14 +534,49 @@ class Stub:
         index = 0
         for rid, timeout, params, inputs, outputs in layout:
             requests.append(make(
-                rid, [wrap(t, read(off, size, shape, code), code)
-                      for t, off, size, shape, code in inputs],
+                rid, [wrap(t, read(off, size, shape, code), code) if gpu is None else
+                      self._gpu_input(t, off, size, shape, code, gpu)
+                      for t, off, size, shape, code, gpu in inputs],
                 list(outputs), name, version, timeout, params, index))
             index += 1
         return requests, flags
 
+    def _gpu_input(self, name, off, size, shape, code, gpu):
+        """A CUDA tensor over an input the server left on a GPU: its allocation mapped here
+        (once per handle in a call) until the call is answered (_close_gpu_inputs)."""
+        device, handle = gpu
+        key = (device, handle)
+        base = self._opened.get(key)
+        if base is None:
+            try:
+                base = pb._ipc_open(handle, device)
+            except Exception as e:
+                raise _GpuInputsFailed(f"input '{name}' on GPU {device}: {_error_message(e)}")
+            self._opened[key] = base
+        return pb.Tensor._wrap_device(name, code, device, base + off, shape, size)
+
+    def _close_gpu_inputs(self):
+        opened, self._opened = self._opened, {}
+        for (device, _), base in opened.items():
+            try:
+                pb._ipc_close(base, device)
+            except Exception as e:  # the mapping goes with the process anyway
+                self.channel.log(1, f"closing a GPU input's CUDA IPC mapping: {_error_message(e)}")
+
     def execute(self, msg):
-        requests, flags = self._requests(msg)
+        # Inputs on a GPU are mapped for this call only: the server holds their memory until
+        # it has the answer (a decoupled model's included: the turn ends with the final flags).
+        try:
+            try:
+                requests, flags = self._requests(msg)
+            except _GpuInputsFailed as e:  # nothing ran: the server sends host copies instead
+                return {"op": "gpu_inputs_failed", "message": str(e)}
+            return self._execute(msg, requests, flags)
+        finally:
+            if self._opened:
+                self._close_gpu_inputs()
+
+    def _execute(self, msg, requests, flags):
         if flags & 1:
             return self.execute_decoupled(msg, requests)
         try:

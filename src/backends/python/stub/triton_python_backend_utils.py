@@ -439,11 +439,65 @@ def _load_cudart():
                                    ctypes.c_int]
         lib.cudaGetErrorString.argtypes = [ctypes.c_int]
         lib.cudaGetErrorString.restype = ctypes.c_char_p
+        lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _IpcMemHandle,
+                                             ctypes.c_uint]
+        lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
         _cudart = lib
         return lib
-    _cudart_error = ("a tensor on the GPU must be copied to the host, but no CUDA runtime "
-                     "(libcudart.so) could be loaded; tried: " + ", ".join(tried))
+    _cudart_error = ("a tensor on the GPU needs the CUDA runtime, but no libcudart.so could be "
+                     "loaded; tried: " + ", ".join(tried))
     raise TritonModelException(_cudart_error)
+
+
+class _IpcMemHandle(ctypes.Structure):
+    """cudaIpcMemHandle_t: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+def _on_device(lib, device_id, call, what):
+    """Runs call() with `device_id` current, then makes the previous device current again;
+    raises TritonModelException naming `what` and CUDA's error."""
+
+    def check(err, name):
+        if err != 0:
+            raise TritonModelException(
+                f"{name} failed: {lib.cudaGetErrorString(err).decode(errors='replace')} "
+                f"(cudaError {err})")
+
+    current = ctypes.c_int(0)
+    check(lib.cudaGetDevice(ctypes.byref(current)), "cudaGetDevice")
+    check(lib.cudaSetDevice(device_id), f"cudaSetDevice({device_id})")
+    try:
+        check(call(), what)
+    finally:
+        if current.value != device_id:
+            lib.cudaSetDevice(current.value)
+
+
+def _cuda_ipc_open(handle, device_id):
+    """Maps the device memory another process exported (its 64-byte cudaIpcMemHandle_t) on
+    GPU `device_id`; returns the address of the start of that allocation."""
+    lib = _load_cudart()
+    h = _IpcMemHandle()
+    h.reserved = bytes(handle)
+    ptr = ctypes.c_void_p()
+    # flags 1: cudaIpcMemLazyEnablePeerAccess (the memory may be on another GPU)
+    _on_device(lib, device_id, lambda: lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), h, 1),
+               f"cudaIpcOpenMemHandle on GPU {device_id}")
+    return ptr.value
+
+
+def _cuda_ipc_close(address, device_id):
+    lib = _load_cudart()
+    _on_device(lib, device_id, lambda: lib.cudaIpcCloseMemHandle(address),
+               f"cudaIpcCloseMemHandle on GPU {device_id}")
+
+
+# How the stub maps an input the server left on a GPU (FORCE_CPU_ONLY_INPUT_TENSORS 'no'):
+# open (64 handle bytes, device id) -> allocation address; close (address, device id). Tests
+# without a GPU replace both.
+_ipc_open = _cuda_ipc_open
+_ipc_close = _cuda_ipc_close
 
 
 def _cuda_device_to_host(dst, src, nbytes, device_id):
@@ -454,21 +508,8 @@ def _cuda_device_to_host(dst, src, nbytes, device_id):
     a producer on a non-blocking stream must have synchronized first, as with Triton (torch
     orders its current stream before the default one when from_dlpack asks with stream=1)."""
     lib = _load_cudart()
-
-    def check(err, what):
-        if err != 0:
-            raise TritonModelException(
-                f"{what} failed: {lib.cudaGetErrorString(err).decode(errors='replace')} "
-                f"(cudaError {err})")
-
-    current = ctypes.c_int(0)
-    check(lib.cudaGetDevice(ctypes.byref(current)), "cudaGetDevice")
-    check(lib.cudaSetDevice(device_id), f"cudaSetDevice({device_id})")
-    try:
-        check(lib.cudaMemcpy(dst, src, nbytes, 2), "cudaMemcpy (device to host)")  # kind 2: D2H
-    finally:
-        if current.value != device_id:
-            lib.cudaSetDevice(current.value)
+    _on_device(lib, device_id, lambda: lib.cudaMemcpy(dst, src, nbytes, 2),  # kind 2: D2H
+               "cudaMemcpy (device to host)")
 
 
 # The copy used for GPU tensors: (host destination address, device source address, bytes,
@@ -535,6 +576,14 @@ class Tensor:
         # The stub's constructor for tensors it read: the type is known, nothing to check.
         t = object.__new__(cls)
         t._name, t._array, t._dtype, t._dev = name, array, _CODE_OF_NAME[type_name], None
+        return t
+
+    @classmethod
+    def _wrap_device(cls, name, code, device_id, ptr, shape, nbytes):
+        # An input on GPU `device_id` at `ptr` (mapped by the stub for the request's life).
+        t = object.__new__(cls)
+        t._name, t._array, t._dtype = name, None, code
+        t._dev = _DeviceTensor(_kDLCUDA, device_id, ptr, tuple(shape), nbytes, None)
         return t
 
     @classmethod
