@@ -48,7 +48,7 @@ done
 
 export INPUT_NAME=input DATATYPE=FP32 SHAPE=1,3,224,224 BYTES=602112
 # Alternate the reference and inferd (this machine's speed drifts), median of per-round ratios.
-ROUNDS=6; [[ "${1:-}" == "--smoke" ]] && ROUNDS=1
+ROUNDS=${ROUNDS:-6}; [[ "${1:-}" == "--smoke" ]] && ROUNDS=1
 declare -A ratios
 for layout in ${LAYOUTS:-1x2 2x1}; do
   P=$(free_port)

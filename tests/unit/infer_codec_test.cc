@@ -585,6 +585,30 @@ TEST(InferCodecTest, EnvelopeValuesReadAlikeOnBothPaths) {
   }
 }
 
+// Names past 16 bytes, with what a plain string may not hold (a quote, a backslash, a control,
+// UTF-8) at every position: the scanner's 16-byte steps stop there and rapidjson reads the text.
+TEST(InferCodecTest, LongNamesWithEscapesAtEveryPositionReadExactly) {
+  const std::string base = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEF";  // 42 plain bytes
+  const std::vector<std::pair<std::string, std::string>> specials = {
+      {"\\\"", "\""}, {"\\\\", "\\"}, {"\\n", "\n"}, {"\xc3\xa9", "\xc3\xa9"}};
+  for (size_t at = 0; at <= base.size(); ++at) {
+    for (const auto& [json_text, value] : specials) {
+      const std::string json_name = base.substr(0, at) + json_text + base.substr(at);
+      const std::string name = base.substr(0, at) + value + base.substr(at);
+      const std::string body = R"({"inputs":[{"name":")" + json_name +
+                               R"(","shape":[1],"datatype":"INT32","data":[7]}]})";
+      auto parsed = ParseInferRequest(body, std::nullopt, nullptr);
+      ASSERT_TRUE(parsed.ok()) << body << ": " << parsed.status();
+      EXPECT_EQ(parsed->request->inputs[0].name, name) << body;
+    }
+    const std::string plain = R"({"inputs":[{"name":")" + base.substr(0, at) +
+                              R"(","shape":[1],"datatype":"INT32","data":[7]}]})";
+    auto parsed = ParseInferRequest(plain, std::nullopt, nullptr);
+    ASSERT_TRUE(parsed.ok()) << plain << ": " << parsed.status();
+    EXPECT_EQ(parsed->request->inputs[0].name, base.substr(0, at));
+  }
+}
+
 }  // namespace
 }  // namespace inferd::http
 
