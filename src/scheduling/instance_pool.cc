@@ -1,5 +1,7 @@
 #include "scheduling/instance_pool.h"
 
+#include <algorithm>
+
 #include "absl/container/inlined_vector.h"
 #include "common/strings.h"
 #include "scheduling/run_cancellation.h"
@@ -150,12 +152,17 @@ void InstancePool::SubmitAny(Batch batch, size_t max_queued) {
 
 void InstancePool::RunOnCaller(size_t index, Batch batch) {
   // Batches other threads queued meanwhile run here too (each thread that found the instance
-  // held by this run queued its batch and went on), for at most kCallerDrainRuns runs' worth of
-  // time; what is left after that goes to the instance's own thread. Their answers reach their
-  // own threads as an instance thread's would (one wake per batch of answers), and no thread
-  // was woken to run them.
-  constexpr uint64_t kCallerDrainRuns = 4;
-  const uint64_t drain_until = core::NowNs() + kCallerDrainRuns * options_.caller_run_max_ns;
+  // held by this run queued its batch and went on), up to four runs' worth of the bound
+  // (caller_run_max_ns) by the recent runs' average, 64 at most; what is left after that goes
+  // to the instance's own thread. Their answers reach their own threads as an instance
+  // thread's would (one wake per batch of answers), and no thread was woken to run them. Runs,
+  // not wall time: a loop preempted in the middle (2 cores, the load generator beside it) has
+  // not run longer, and handing the queue to the instance thread then turns the model over to
+  // hand-offs for as long as it stays saturated.
+  const uint64_t recent = std::max<uint64_t>(1, recent_run_ns_.load(std::memory_order_relaxed));
+  const uint64_t max_runs =
+      std::clamp<uint64_t>(4 * options_.caller_run_max_ns / recent, 4, 64);
+  uint64_t runs = 0;
   for (;;) {
     const size_t n = batch.requests.size();
     Run(instances_[index].get(), std::move(batch));
@@ -169,7 +176,7 @@ void InstancePool::RunOnCaller(size_t index, Batch batch) {
       executing_ -= n;
       if (stopping_) all_free_.SignalAll();
       if (!queued_.empty() && !slot.woken) {
-        if (!stopping_ && core::NowNs() < drain_until &&
+        if (!stopping_ && ++runs < max_runs &&
             recent_run_ns_.load(std::memory_order_relaxed) <= options_.caller_run_max_ns) {
           batch = std::move(queued_.front());
           queued_.pop_front();

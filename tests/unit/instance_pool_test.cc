@@ -605,11 +605,8 @@ TEST_F(CallerRunsTest, WorkQueuedDuringACallerRunRunsOnThatThreadAfterItNeverAlo
   EXPECT_EQ(output_["held"], "held");
 }
 
-TEST_F(CallerRunsTest, ACallerRunHeldPastItsDrainTimeLeavesTheQueueToTheInstanceThread) {
-  // Runs count as short up to 200 ms: a caller takes queued work for 4 x 200 ms after its run
-  // began; this one is held for longer.
-  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0),
-                                           /*caller_runs=*/true, std::chrono::milliseconds(200));
+TEST_F(CallerRunsTest, ACallerRunTakesAtMost64QueuedRunsThenLeavesTheRestToTheInstanceThread) {
+  ThreadRecordingInstance* inst = StartOne(/*any_thread=*/true, std::chrono::microseconds(0));
   SubmitOne("warm");
   WaitCompleted(1);
   WaitIdle();
@@ -618,16 +615,20 @@ TEST_F(CallerRunsTest, ACallerRunHeldPastItsDrainTimeLeavesTheQueueToTheInstance
       HoldCallerRun(inst, 2, "held", [this](const std::string& id) { return SubmitOne(id); });
   const std::thread::id caller_id = caller.get_id();
   ASSERT_EQ(inst->ThreadOfRun(2), caller_id);
-  EXPECT_FALSE(SubmitOne("queued"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  constexpr int kQueued = 70;
+  for (int i = 0; i < kQueued; ++i) EXPECT_FALSE(SubmitOne("q" + std::to_string(i)));
   gates_[0].Notify();
   caller.join();
-  WaitCompleted(4);
-  EXPECT_NE(inst->ThreadOfRun(3), caller_id);
-  EXPECT_NE(inst->ThreadOfRun(3), std::this_thread::get_id());
+  WaitCompleted(3 + kQueued);
+  // Its own run and 63 queued ones on `caller`, in order; the other 7 on the instance thread.
+  for (int k = 2; k < 2 + 64; ++k) EXPECT_EQ(inst->ThreadOfRun(k), caller_id) << k;
+  for (int k = 2 + 64; k < 3 + kQueued; ++k) {
+    EXPECT_NE(inst->ThreadOfRun(k), caller_id) << k;
+    EXPECT_NE(inst->ThreadOfRun(k), std::this_thread::get_id()) << k;
+  }
   EXPECT_EQ(inst->max_concurrent.load(), 1);
   std::lock_guard<std::mutex> lock(mu_);
-  EXPECT_EQ(output_["queued"], "queued");
+  EXPECT_EQ(output_["q69"], "q69");
 }
 
 TEST_F(CallerRunsTest, WorkQueuedBehindTheInstanceThreadRunsThereThenCallerRunsResume) {
