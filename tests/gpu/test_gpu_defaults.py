@@ -10,20 +10,16 @@ half of these rules is tests/integration/test_gpu_placement.py and tests/unit/pl
 """
 
 import os
-import stat
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from test_gpu_instances import Server, _has_gpu
+from test_gpu_instances import _has_gpu, start_with_python_stub
 
 pytestmark = pytest.mark.skipif(not _has_gpu(), reason="no GPU (nvidia-smi lists none)")
 
-HERE = Path(__file__).resolve().parent
-STUB_DIR = HERE.parents[1] / "src" / "backends" / "python" / "stub"
 
 KIND_PY = '''
 import numpy as np
@@ -68,23 +64,7 @@ def server(tmp_path_factory):
         text = text.replace('name: "resnet50_onnx_gpu"', 'name: "onnx_auto"')
         (root / "onnx_auto" / "config.pbtxt").write_text(text)
         names.append("onnx_auto")
-    launcher = tmp / "python"
-    launcher.write_text("#!/bin/sh\n" + (
-        f"export LD_LIBRARY_PATH='{os.environ['LD_LIBRARY_PATH']}'\n"
-        if os.environ.get("LD_LIBRARY_PATH") else "unset LD_LIBRARY_PATH\n") +
-        f"exec '{sys.executable}' \"$@\"\n")
-    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
-    saved = {k: os.environ.get(k) for k in ("INFERD_PYTHON", "INFERD_PYTHON_BACKEND_DIR")}
-    os.environ["INFERD_PYTHON"] = str(launcher)
-    os.environ["INFERD_PYTHON_BACKEND_DIR"] = str(STUB_DIR)
-    try:
-        srv = Server(root, names, tmp)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    srv = start_with_python_stub(root, names, tmp)
     try:
         for n in names:
             srv.wait_ready(n, timeout=150)

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -153,6 +154,30 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def start_with_python_stub(root, names, tmp):
+    """Server(root, names, tmp) whose Python processes run this interpreter (torch), with the
+    library path it was started with (check.sh's inferd wrapper puts the bundle's libraries
+    first for inferd alone), and the stub from this tree (the bundle has none)."""
+    launcher = tmp / "python"
+    launcher.write_text("#!/bin/sh\n" + (
+        f"export LD_LIBRARY_PATH='{os.environ['LD_LIBRARY_PATH']}'\n"
+        if os.environ.get("LD_LIBRARY_PATH") else "unset LD_LIBRARY_PATH\n") +
+        f"exec '{sys.executable}' \"$@\"\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+    saved = {k: os.environ.get(k) for k in ("INFERD_PYTHON", "INFERD_PYTHON_BACKEND_DIR")}
+    os.environ["INFERD_PYTHON"] = str(launcher)
+    os.environ["INFERD_PYTHON_BACKEND_DIR"] = str(
+        HERE.parents[1] / "src" / "backends" / "python" / "stub")
+    try:
+        return Server(root, names, tmp)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture

@@ -20,20 +20,15 @@ tree. Skips without a GPU or without torch built with CUDA.
 """
 
 import json
-import os
-import stat
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from test_gpu_instances import Server, _has_gpu
+from test_gpu_instances import _has_gpu, start_with_python_stub
 
 pytestmark = pytest.mark.skipif(not _has_gpu(), reason="no GPU (nvidia-smi lists none)")
 
-STUB_DIR = Path(__file__).resolve().parents[2] / "src" / "backends" / "python" / "stub"
 
 ADD_CONFIG = """name: "torch_gpu_add"
 backend: "python"
@@ -234,26 +229,7 @@ def server(tmp_path_factory):
         names += ["affine_gpu", "gpu_into_python"]
     except ImportError:
         pass
-    # The Python processes: this interpreter (torch), with the library path it was started
-    # with (check.sh's inferd wrapper puts the bundle's libraries first for inferd alone), and
-    # the stub from this tree (the bundle has none).
-    launcher = tmp / "python"
-    launcher.write_text("#!/bin/sh\n" + (
-        f"export LD_LIBRARY_PATH='{os.environ['LD_LIBRARY_PATH']}'\n"
-        if os.environ.get("LD_LIBRARY_PATH") else "unset LD_LIBRARY_PATH\n") +
-        f"exec '{sys.executable}' \"$@\"\n")
-    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
-    saved = {k: os.environ.get(k) for k in ("INFERD_PYTHON", "INFERD_PYTHON_BACKEND_DIR")}
-    os.environ["INFERD_PYTHON"] = str(launcher)
-    os.environ["INFERD_PYTHON_BACKEND_DIR"] = str(STUB_DIR)
-    try:
-        srv = Server(root, names, tmp)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    srv = start_with_python_stub(root, names, tmp)
     try:
         # importing torch and starting CUDA in each Python process: seconds, not minutes (the
         # pytest step of check.sh has 360 s for every test file; this one runs last)
