@@ -13,6 +13,10 @@ class NoneRuntime : public FakeRuntime {
   absl::StatusOr<std::unique_ptr<PinnedBuffer>> AllocatePinned(size_t bytes) override {
     return absl::FailedPreconditionError(UnavailableReason());
   }
+  // No device memory to export for another process (the Python backend's GPU inputs).
+  absl::StatusOr<IpcExport> IpcGetMemHandle(int device, const void* ptr) override {
+    return absl::UnimplementedError(UnavailableReason());
+  }
 };
 }  // namespace
 
