@@ -336,3 +336,44 @@ def test_gpu_step_feeds_python_on_the_gpu(server):
         assert info["shape"] == [N_IN] and info["dtype"] == 11, info
     log = server.log_path.read_text(errors="replace")
     assert "could not be handed to model.py through CUDA IPC" not in log, log[-4000:]
+
+
+def test_cuda_shm_input_reaches_python_on_the_gpu(server):
+    """FORCE_CPU_ONLY_INPUT_TENSORS 'no' with the input in a client's CUDA shared-memory
+    region: the server maps the client's allocation, which CUDA will not export again, so the
+    Python instance copies it device to device into its own staging buffer and hands that over
+    (as Triton's Python backend copies into its CUDA pool); model.py asserts the tensor is on
+    the GPU, and there is no host fallback WARNING."""
+    import base64
+
+    import cuda_ipc
+    if cuda_ipc.available():
+        pytest.skip(cuda_ipc.available())
+    reg = cuda_ipc.DeviceRegion(4096)
+    name = "py_in"
+    try:
+        r = requests.post(f"{server.url}/v2/cudasharedmemory/region/{name}/register", json={
+            "raw_handle": {"b64": base64.b64encode(reg.handle).decode()},
+            "device_id": 0, "byte_size": reg.nbytes}, timeout=60)
+        assert r.status_code == 200, r.text
+        for k, host in ((1, 2), (2, 5)):  # twice: the second batch reuses the staging buffer
+            x = (np.arange(N_IN, dtype=np.float32) - 3) * 0.5 * k
+            reg.write(256, x)
+            body = {"inputs": [
+                {"name": "X", "datatype": "FP32", "shape": [N_IN],
+                 "parameters": {"shared_memory_region": name, "shared_memory_offset": 256,
+                                "shared_memory_byte_size": x.nbytes}},
+                {"name": "HOST", "datatype": "INT32", "shape": [1], "data": [host]}],
+                "outputs": [{"name": "Y"}, {"name": "INFO"}]}
+            r = requests.post(f"{server.url}/v2/models/torch_gpu_in/infer", json=body, timeout=120)
+            assert r.status_code == 200, f"HTTP {r.status_code}: {r.text[:1000]}\n{server.log()}"
+            out = {o["name"]: o for o in r.json()["outputs"]}
+            np.testing.assert_allclose(np.array(out["Y"]["data"], np.float32), x * 3 - host,
+                                       rtol=1e-6)
+            info = json.loads(out["INFO"]["data"][0])
+            assert info["device"] == [2, 0] and info["torch_device"] == "cuda:0", info
+        log = server.log_path.read_text(errors="replace")
+        assert "could not be handed to model.py through CUDA IPC" not in log, log[-4000:]
+    finally:
+        requests.post(f"{server.url}/v2/cudasharedmemory/region/{name}/unregister", timeout=60)
+        reg.free()

@@ -138,8 +138,8 @@ std::string Force(const std::string& value) {
          "\" } }";
 }
 
-// A runtime whose memory cannot be exported (as CUDA refuses memory that was itself opened from
-// another process's handle); `copies_fail`: and whose copies fail too.
+// A runtime that exports no memory at all, its own allocations included (so staging cannot help
+// either); `copies_fail`: and whose copies fail too.
 class NoExportRuntime : public gpu::FakeRuntime {
  public:
   explicit NoExportRuntime(bool copies_fail)
@@ -156,6 +156,26 @@ class NoExportRuntime : public gpu::FakeRuntime {
 
  private:
   const bool copies_fail_;
+};
+
+// A runtime that refuses to export one buffer (as CUDA refuses a CUDA shared-memory region,
+// which the server mapped from a client's handle) and exports the rest, as the fake does.
+class ForeignMemoryRuntime : public gpu::FakeRuntime {
+ public:
+  ForeignMemoryRuntime()
+      : gpu::FakeRuntime({gpu::DeviceProperties{.name = "fake", .total_memory_bytes = 64 << 20}}) {}
+  void Refuse(const gpu::DeviceBuffer* buffer) { refused_ = buffer; }
+  absl::StatusOr<gpu::IpcExport> IpcGetMemHandle(int device, const void* ptr) override {
+    const char* p = static_cast<const char*>(ptr);
+    const char* begin = static_cast<const char*>(refused_->data());
+    if (p >= begin && p < begin + refused_->size()) {
+      return absl::InvalidArgumentError("cudaIpcGetMemHandle: CUDA error 1 (cudaErrorInvalidValue)");
+    }
+    return gpu::FakeRuntime::IpcGetMemHandle(device, ptr);
+  }
+
+ private:
+  const gpu::DeviceBuffer* refused_ = nullptr;
 };
 
 class PythonGpuInputsTest : public ::testing::Test {
@@ -364,7 +384,56 @@ TEST_F(PythonGpuInputsTest, WhenTheProcessCannotOpenTheHandleInputsComeAsHostCop
   EXPECT_TRUE(next["X"]["is_cpu"].GetBool());
 }
 
-TEST_F(PythonGpuInputsTest, MemoryThatCannotBeExportedIsCopiedToTheHost) {
+// Triton's Python backend copies a GPU input it cannot hand over as it is into its CUDA pool;
+// inferd copies it, device to device, into the instance's staging buffer, and model.py still
+// gets CUDA tensors. No byte goes through the host.
+TEST_F(PythonGpuInputsTest, MemoryThatCannotBeExportedIsStagedOnItsGpuAndStillReachesModelPyThere) {
+  ForeignMemoryRuntime gpus;
+  ASSERT_NO_FATAL_FAILURE(Load("gin", Force("no"), &gpus));
+  std::unique_ptr<gpu::DeviceBuffer> region = *gpus.AllocateDevice(0, 256);
+  gpus.Refuse(region.get());
+  auto request = Request(region.get());
+  rapidjson::Document info = Info(*Run(request.get()));
+  ASSERT_TRUE(info.IsObject());
+
+  // One handle, for the staging buffer holding both inputs; not the region's.
+  const auto& log = info["log"];
+  ASSERT_EQ(log.Size(), 1u);
+  EXPECT_STREQ(log[0][0].GetString(), "open");
+  const uint64_t staging = log[0][4].GetUint64();
+  EXPECT_NE(staging, reinterpret_cast<uint64_t>(region->data()));
+  const uint64_t mapped = log[0][5].GetUint64();
+  EXPECT_FALSE(info["X"]["is_cpu"].GetBool());
+  EXPECT_FALSE(info["Z"]["is_cpu"].GetBool());
+  EXPECT_EQ(info["X"]["ptr"].GetUint64(), mapped + 0);   // X at the buffer's start
+  EXPECT_EQ(info["Z"]["ptr"].GetUint64(), mapped + 64);  // Z at the next aligned offset
+  EXPECT_EQ(info["Z"]["nbytes"].GetInt(), 16);
+  EXPECT_TRUE(info["H"]["is_cpu"].GetBool());
+
+  // The staged bytes are the inputs' (the fake's device memory is this process's memory).
+  const char* staged = reinterpret_cast<const char*>(staging);
+  float x[6];
+  std::memcpy(x, staged, sizeof(x));
+  EXPECT_EQ(x[0], 0.5f);
+  EXPECT_EQ(x[5], -0.125f);
+  int64_t z[2];
+  std::memcpy(z, staged + 64, sizeof(z));
+  EXPECT_EQ(z[1], -9);
+  EXPECT_EQ(gpus.CopyCount(gpu::CopyKind::kDeviceToDevice), 2);
+  EXPECT_EQ(gpus.CopyCount(gpu::CopyKind::kDeviceToHost), 0);
+
+  // The next batch reuses the staging buffer: the same allocation is exported again.
+  auto again = Request(region.get());
+  rapidjson::Document next = Info(*Run(again.get()));
+  ASSERT_TRUE(next.IsObject());
+  ASSERT_EQ(next["log"].Size(), 3u);  // open, close (the first call's), open
+  EXPECT_STREQ(next["log"][2][0].GetString(), "open");
+  EXPECT_EQ(next["log"][2][4].GetUint64(), staging);
+  EXPECT_FALSE(next["X"]["is_cpu"].GetBool());
+  instance_.reset();  // its staging buffer goes back to `gpus` before `gpus` goes
+}
+
+TEST_F(PythonGpuInputsTest, MemoryNothingCanExportIsCopiedToTheHost) {
   NoExportRuntime gpus(/*copies_fail=*/false);
   ASSERT_NO_FATAL_FAILURE(Load("gin", Force("no"), &gpus));
   std::unique_ptr<gpu::DeviceBuffer> memory = *gpus.AllocateDevice(0, 256);

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "backends/batch_io.h"
 #include "backends/module_backend.h"
 #include "backends/tensor_places.h"
+#include "gpu/copy.h"
 #include "config/model_files.h"
 #include "backends/python/python_stub_process.h"
 #include "common/archive.h"
@@ -41,6 +43,9 @@ using python::StubProcess;
 namespace {
 
 constexpr uint64_t kAlign = 64;
+// The smallest staging buffer a Python instance allocates on a GPU (PlaceGpuInputs), so that
+// small inputs do not reallocate it batch after batch.
+constexpr uint64_t kMinStagingBytes = 1 << 20;
 constexpr uint64_t kInitTimeoutNs = 300ull * 1000000000ull;  // initialize(): model downloads
 constexpr uint64_t kFinalizeTimeoutNs = 5ull * 1000000000ull;
 // How long each side spins on the socket for the other's next message before it sleeps.
@@ -877,14 +882,18 @@ class PythonInstance : public ModelInstance {
   // For each input of `requests` (in order) on a GPU: its CUDA IPC handle in `exports`, which
   // the process opens to hand model.py a CUDA tensor over the same memory (the request holds
   // that memory until Execute returns, and the process answers before that, a decoupled model
-  // included). Where a handle cannot be made (memory the runtime cannot export: a CUDA
-  // shared-memory region, which is itself mapped from a client's handle; a host without a
-  // driver) or the process could not open one before (ipc_off_), the request's GPU inputs are
-  // copied to the host (one WARNING per model) and their entries stay empty. Host inputs:
-  // empty entries. The error names the input that reaches model.py neither way.
+  // included). Memory the runtime cannot export (a CUDA shared-memory region, which is itself
+  // mapped from a client's handle; an allocator's pool) is first copied, device to device, into
+  // this instance's staging buffer on the same GPU, which can be exported (StageInputs), as
+  // Triton's Python backend copies such inputs into its CUDA memory pool. Where neither works
+  // (no driver, the staging copy failed, or the process could not open a handle before:
+  // ipc_off_), the request's GPU inputs are copied to the host (one WARNING per model) and their
+  // entries stay empty. Host inputs: empty entries. The error names the input that reaches
+  // model.py neither way.
   absl::Status PlaceGpuInputs(std::span<core::InferRequest* const> requests,
                               std::vector<std::optional<gpu::IpcExport>>* exports) {
     exports->clear();
+    std::vector<StagedInput> staged;
     for (core::InferRequest* r : requests) {
       const size_t first = exports->size();
       bool to_host = false;
@@ -906,6 +915,11 @@ class PythonInstance : public ModelInstance {
             exports->push_back(*std::move(ex));
             continue;
           }
+          if (!staging_off_ && !absl::IsUnimplemented(ex.status())) {
+            staged.push_back({exports->size(), in.place.device_id, in.data, in.name});
+            exports->emplace_back();
+            continue;
+          }
           why = inferd::StrCat("input '", in.name, "' on ", in.place.ToString(), ": ",
                                ex.status().message());
           WarnIpcFallback(why);
@@ -921,6 +935,73 @@ class PythonInstance : public ModelInstance {
             why.empty() ? "the Python process could not open CUDA IPC handles" : why, ")"));
       }
       exports->resize(first + r->inputs.size(), std::nullopt);
+    }
+    if (staged.empty()) return absl::OkStatus();
+    if (absl::Status st = StageInputs(staged, exports); !st.ok()) {
+      // No staging from now on (the device is out of memory, or exports fail): this batch and
+      // the next go the host way, which the second pass takes.
+      staging_off_ = true;
+      WarnIpcFallback(std::string(st.message()));
+      return PlaceGpuInputs(requests, exports);
+    }
+    return absl::OkStatus();
+  }
+
+  // An input the runtime could not export: where its entry in `exports` is, and its bytes.
+  struct StagedInput {
+    size_t index;
+    int device;
+    std::string_view data;
+    std::string_view name;
+  };
+
+  // Copies each of `staged` (device to device, waited for) into staging_'s buffer on its GPU at
+  // aligned offsets, growing the buffer where the batch needs more, and sets its entry in
+  // `exports` to the buffer's handle and the copy's offset. The buffer is reused by the next
+  // call (Execute runs on one thread at a time, and the process has closed its mappings by the
+  // time Execute returns).
+  absl::Status StageInputs(std::span<const StagedInput> staged,
+                           std::vector<std::optional<gpu::IpcExport>>* exports) {
+    std::map<int, uint64_t> need;  // device -> bytes
+    std::vector<uint64_t> offsets;
+    offsets.reserve(staged.size());
+    for (const StagedInput& s : staged) {
+      uint64_t& end = need[s.device];
+      offsets.push_back(end);
+      end = AlignUp(end + s.data.size());
+    }
+    std::map<int, gpu::IpcExport> handles;
+    for (const auto& [device, bytes] : need) {
+      std::unique_ptr<gpu::DeviceBuffer>& buffer = staging_[device];
+      if (buffer == nullptr || buffer->size() < bytes) {
+        buffer.reset();  // freed before its successor is allocated
+        absl::StatusOr<std::unique_ptr<gpu::DeviceBuffer>> grown =
+            gpus_->AllocateDevice(device, std::max<uint64_t>(bytes, kMinStagingBytes));
+        if (!grown.ok()) {
+          return absl::ResourceExhaustedError(inferd::StrCat(
+              "staging ", bytes, " bytes on GPU ", device, ": ", grown.status().message()));
+        }
+        buffer = *std::move(grown);
+      }
+      absl::StatusOr<gpu::IpcExport> ex = gpus_->IpcGetMemHandle(device, buffer->data());
+      if (!ex.ok()) {
+        return absl::InternalError(inferd::StrCat("exporting the staging buffer on GPU ", device,
+                                                  ": ", ex.status().message()));
+      }
+      handles[device] = *std::move(ex);
+    }
+    for (size_t i = 0; i < staged.size(); ++i) {
+      const StagedInput& s = staged[i];
+      char* dst = static_cast<char*>(staging_[s.device]->data()) + offsets[i];
+      const MemoryPlace gpu = MemoryPlace::Gpu(s.device);
+      if (absl::Status st = gpu::CopyNow(gpus_, dst, gpu, s.data.data(), gpu, s.data.size());
+          !st.ok()) {
+        return absl::InternalError(inferd::StrCat("staging input '", s.name, "' on GPU ",
+                                                  s.device, ": ", st.message()));
+      }
+      gpu::IpcExport ex = handles[s.device];
+      ex.offset += offsets[i];
+      (*exports)[s.index] = std::move(ex);
     }
     return absl::OkStatus();
   }
@@ -1208,6 +1289,11 @@ class PythonInstance : public ModelInstance {
   // The process could not open a CUDA IPC handle: GPU inputs go as host copies from then on.
   // Read and written by Execute only (one thread at a time).
   bool ipc_off_ = false;
+  // Per GPU, device memory this instance allocated for inputs the runtime cannot export
+  // (StageInputs); grown to the largest batch's need, freed with the instance. Execute only.
+  std::map<int, std::unique_ptr<gpu::DeviceBuffer>> staging_;
+  // Staging failed (no memory, no export): such inputs go as host copies from then on.
+  bool staging_off_ = false;
 };
 
 class PythonBackend : public Backend {
