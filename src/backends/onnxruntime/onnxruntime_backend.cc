@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <unordered_map>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -514,6 +515,15 @@ constexpr ConfigSupport kGpuConfigSupport = {.parameters = kGpuParameters,
                                              .input_reshape = true,
                                              .output_reshape = true};
 
+// The ONNX file a model's `default_model_filename` names: where that is a folder, the model is
+// <folder>/model.onnx beside its external data files (how models over ONNX's 2 GB protobuf limit
+// ship), as Triton's onnxruntime backend reads it.
+std::string OnnxFilePath(const std::string& model_path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) return model_path + "/model.onnx";
+  return model_path;
+}
+
 // ONNX Runtime's CUDA execution provider, a plugin library (inferd's ONNX Runtime core is a CPU
 // build, where AppendExecutionProvider_CUDA answers "not enabled in this build"):
 // INFERD_ORT_CUDA_EP_LIBRARY, else beside libonnxruntime, where scripts/setup.sh puts it when
@@ -593,7 +603,7 @@ class OnnxRuntimeBackend : public Backend {
       Ort::SessionOptions options;
       options.SetIntraOpNumThreads(1);
       options.SetGraphOptimizationLevel(ORT_DISABLE_ALL);
-      Ort::Session session(GlobalEnv(), model_path.c_str(), options);
+      Ort::Session session(GlobalEnv(), OnnxFilePath(model_path).c_str(), options);
       auto listed_ins = ListModelIo(session, true);
       if (!listed_ins.ok()) return AutoCompleteError(model_path, listed_ins.status());
       auto listed_outs = ListModelIo(session, false);
@@ -732,7 +742,8 @@ class OnnxRuntimeBackend : public Backend {
         options.AppendExecutionProvider_V2(GlobalEnv(), {*ep_device}, ep_options);
         for (const auto& [k, v] : *cuda_options) inferd::StrAppend(&cuda_described, " ", k, "=", v);
       }
-      auto session = std::make_shared<Ort::Session>(GlobalEnv(), spec.model_path.c_str(), options);
+      auto session =
+          std::make_shared<Ort::Session>(GlobalEnv(), OnnxFilePath(spec.model_path).c_str(), options);
       LOG_INFO << "onnxruntime: model '" << spec.config->name() << "' version " << spec.version
                << " instance " << index << ": " << ort::DescribeSettings(*settings)
                << (gpu ? inferd::StrCat("; CUDA execution provider:", cuda_described) : "");
@@ -744,7 +755,8 @@ class OnnxRuntimeBackend : public Backend {
           spec.config, std::move(session), *std::move(settings), gpu, std::move(gpu_inputs)));
     } catch (const std::exception& e) {  // Ort::Exception, and std::bad_alloc on a huge file
       return absl::InvalidArgumentError(inferd::StrCat("onnxruntime: failed to load '",
-                                                     spec.model_path, "': ", e.what()));
+                                                     OnnxFilePath(spec.model_path), "': ",
+                                                     e.what()));
     }
   }
 
