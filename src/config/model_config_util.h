@@ -48,4 +48,22 @@ std::string ModelConfigPath(const std::string& model_dir, std::string_view confi
 // Looks up `parameters { key: ... value: { string_value: ... } }`.
 std::optional<std::string> GetParameter(const ModelConfig& config, std::string_view key);
 
+// A boolean parameter's value as Triton's backends read it (backend_common's ParseBoolValue):
+// true/on/1 or false/off/0 in any case; nullopt for anything else. Inline: the PyTorch module,
+// built apart from the executable, reads it too.
+inline std::optional<bool> ParseTritonBool(std::string_view value) {
+  auto is = [value](std::string_view word) {
+    if (value.size() != word.size()) return false;
+    for (size_t i = 0; i < word.size(); ++i) {
+      char c = value[i];
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      if (c != word[i]) return false;
+    }
+    return true;
+  };
+  if (is("true") || is("on") || is("1")) return true;
+  if (is("false") || is("off") || is("0")) return false;
+  return std::nullopt;
+}
+
 }  // namespace inferd::config

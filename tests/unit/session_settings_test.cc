@@ -133,6 +133,56 @@ TEST(CudaProviderOptionsTest, TritonKeysMapToTheCudaProvidersOptions) {
   EXPECT_THAT(*o, ::testing::ElementsAre(P{"device_id", "0"}));
 }
 
+TEST(CudaProviderOptionsTest, TheCudaAcceleratorsParametersGoToTheProvider) {
+  // Triton's onnxruntime backend hands each key of gpu_execution_accelerator "cuda" to the CUDA
+  // provider; the parameters section's keys win where both are set; the device is the
+  // instance's.
+  auto o = CudaProviderOptions(
+      Config(Param("cudnn_conv_algo_search", "2") +
+             "optimization { execution_accelerators { gpu_execution_accelerator [ { name: \"cuda\" "
+             "parameters { key: \"cudnn_conv_use_max_workspace\" value: \"1\" } "
+             "parameters { key: \"cudnn_conv_algo_search\" value: \"HEURISTIC\" } "
+             "parameters { key: \"use_ep_level_unified_stream\" value: \"ON\" } "
+             "parameters { key: \"device_id\" value: \"7\" } } ] } }"),
+      1);
+  ASSERT_TRUE(o.ok()) << o.status();
+  using P = std::pair<std::string, std::string>;
+  EXPECT_THAT(*o, ::testing::ElementsAre(P{"cudnn_conv_algo_search", "DEFAULT"},
+                                         P{"cudnn_conv_use_max_workspace", "1"},
+                                         P{"device_id", "1"},
+                                         P{"use_ep_level_unified_stream", "1"}));
+  o = CudaProviderOptions(
+      Config("optimization { execution_accelerators { gpu_execution_accelerator [ { name: "
+             "\"cuda\" parameters { key: \"do_copy_in_default_stream\" value: \"sometimes\" } } "
+             "] } }"),
+      0);
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.status().message(), HasSubstr("'do_copy_in_default_stream'"));
+  // A TensorRT accelerator's parameters are not the CUDA provider's.
+  o = CudaProviderOptions(
+      Config("optimization { execution_accelerators { gpu_execution_accelerator [ { name: "
+             "\"tensorrt\" parameters { key: \"precision_mode\" value: \"FP16\" } } ] } }"),
+      0);
+  ASSERT_TRUE(o.ok());
+  EXPECT_THAT(*o, ::testing::ElementsAre(P{"device_id", "0"}));
+}
+
+TEST(CudaProviderOptionsTest, BooleansAreReadAsTritonReadsThem) {
+  // backend_common's ParseBoolValue: true/on/1, false/off/0, any case.
+  for (const char* yes : {"1", "true", "TRUE", "On", "on"}) {
+    auto o = CudaProviderOptions(Config(Param("do_copy_in_default_stream", yes)), 0);
+    ASSERT_TRUE(o.ok()) << yes << ": " << o.status();
+    EXPECT_THAT(*o, ::testing::Contains(std::pair<std::string, std::string>(
+                        "do_copy_in_default_stream", "1")));
+  }
+  for (const char* no : {"0", "false", "FALSE", "Off"}) {
+    auto s = SettingsFromConfig(Config(Param("enable_mem_arena", no)), 1, 2);
+    ASSERT_TRUE(s.ok()) << no << ": " << s.status();
+    EXPECT_FALSE(s->mem_arena) << no;
+  }
+  EXPECT_FALSE(SettingsFromConfig(Config(Param("enable_mem_arena", "yes")), 1, 2).ok());
+}
+
 TEST(CudaProviderOptionsTest, BadValuesAreRefusedNamingTheKey) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"cudnn_conv_algo_search", "3"}, {"gpu_mem_limit", "lots"},

@@ -202,10 +202,7 @@ int IndexSuffix(const std::string& name) {
 absl::StatusOr<std::optional<bool>> BoolParam(const config::ModelConfig& c, const char* key) {
   auto v = config::GetParameter(c, key);
   if (!v) return std::optional<bool>();
-  std::string s = *v;
-  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
-  if (s == "true" || s == "1" || s == "on") return std::optional<bool>(true);
-  if (s == "false" || s == "0" || s == "off") return std::optional<bool>(false);
+  if (std::optional<bool> b = config::ParseTritonBool(*v)) return b;
   return absl::InvalidArgumentError(StrCat("model '", c.name(), "': parameter '", key,
                                            "' must be true/false, on/off or 1/0, got '", *v, "'"));
 }

@@ -713,6 +713,7 @@ class OnnxRuntimeBackend : public Backend {
                 "only; this model's instances run on the CPU";
       for (const auto& acc :
            spec.config->optimization().execution_accelerators().gpu_execution_accelerator()) {
+        if (gpu && acc.name() == "cuda") continue;  // its parameters go to the CUDA provider
         LOG_WARNING << "model '" << spec.config->name() << "' version " << spec.version
                     << ": gpu_execution_accelerator '" << acc.name() << "' has no effect: "
                     << why;

@@ -1,6 +1,8 @@
 #include "backends/onnxruntime/session_settings.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "common/strings.h"
@@ -25,11 +27,10 @@ absl::StatusOr<bool> BoolParameter(const config::ModelConfig& config, const std:
                                    bool fallback) {
   auto value = config::GetParameter(config, key);
   if (!value) return fallback;
-  if (*value == "1" || *value == "true" || *value == "True") return true;
-  if (*value == "0" || *value == "false" || *value == "False") return false;
+  if (std::optional<bool> b = config::ParseTritonBool(*value)) return *b;
   return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': parameter '", key,
-                                                 "' must be true/false or 1/0, got '", *value,
-                                                 "'"));
+                                                 "' must be true/false, on/off or 1/0, got '",
+                                                 *value, "'"));
 }
 
 }  // namespace
@@ -163,44 +164,63 @@ std::string DescribeSettings(const SessionSettings& s) {
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CudaProviderOptions(
     const config::ModelConfig& config, int device_id) {
-  std::vector<std::pair<std::string, std::string>> out;
+  std::map<std::string, std::string> options;
   auto bad = [&](std::string_view key, std::string_view want, std::string_view got) {
     return absl::InvalidArgumentError(inferd::StrCat("model '", config.name(), "': parameter '",
                                                      key, "' must be ", want, ", got '", got,
                                                      "'"));
   };
+  // gpu_execution_accelerator { name: "cuda" parameters { ... } }: Triton's onnxruntime backend
+  // hands every key to the CUDA provider as it is (booleans checked first); ONNX Runtime
+  // refuses a key it does not know when the session is made. The keys of the `parameters`
+  // section below win over these where both are set.
+  for (const auto& acc : config.optimization().execution_accelerators().gpu_execution_accelerator()) {
+    if (acc.name() != "cuda") continue;
+    for (const auto& [key, value] : acc.parameters()) {
+      if (value.empty()) continue;
+      if (key == "do_copy_in_default_stream" || key == "use_ep_level_unified_stream") {
+        const std::optional<bool> on = config::ParseTritonBool(value);
+        if (!on) {
+          return absl::InvalidArgumentError(inferd::StrCat(
+              "model '", config.name(), "': gpu_execution_accelerator 'cuda' parameter '", key,
+              "' must be true/false, on/off or 1/0, got '", value, "'"));
+        }
+        options[key] = *on ? "1" : "0";
+      } else {
+        options[key] = value;
+      }
+    }
+  }
   if (auto algo = config::GetParameter(config, "cudnn_conv_algo_search")) {
     static constexpr const char* kAlgo[] = {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"};
     int n = -1;
     if (!absl::SimpleAtoi(*algo, &n) || n < 0 || n > 2) {
       return bad("cudnn_conv_algo_search", "0 (EXHAUSTIVE), 1 (HEURISTIC) or 2 (DEFAULT)", *algo);
     }
-    out.emplace_back("cudnn_conv_algo_search", kAlgo[n]);
+    options["cudnn_conv_algo_search"] = kAlgo[n];
   }
-  out.emplace_back("device_id", std::to_string(device_id));
+  options["device_id"] = std::to_string(device_id);  // never the accelerator's
   if (auto copy = BoolParameter(config, "do_copy_in_default_stream", true); !copy.ok()) {
     return copy.status();
   } else if (config::GetParameter(config, "do_copy_in_default_stream")) {
-    out.emplace_back("do_copy_in_default_stream", *copy ? "1" : "0");
+    options["do_copy_in_default_stream"] = *copy ? "1" : "0";
   }
-  if (config.optimization().cuda().graphs()) out.emplace_back("enable_cuda_graph", "1");
+  if (config.optimization().cuda().graphs()) options["enable_cuda_graph"] = "1";
   if (auto limit = config::GetParameter(config, "gpu_mem_limit")) {
     uint64_t bytes = 0;
     if (!absl::SimpleAtoi(*limit, &bytes) || bytes == 0) {
       return bad("gpu_mem_limit", "a number of bytes > 0", *limit);
     }
-    out.emplace_back("gpu_mem_limit", std::to_string(bytes));
+    options["gpu_mem_limit"] = std::to_string(bytes);
   }
   if (auto strategy = config::GetParameter(config, "arena_extend_strategy")) {
     if (*strategy != "0" && *strategy != "1") {
       return bad("arena_extend_strategy", "0 (next power of two) or 1 (same as requested)",
                  *strategy);
     }
-    out.emplace_back("arena_extend_strategy",
-                     *strategy == "0" ? "kNextPowerOfTwo" : "kSameAsRequested");
+    options["arena_extend_strategy"] = *strategy == "0" ? "kNextPowerOfTwo" : "kSameAsRequested";
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  return std::vector<std::pair<std::string, std::string>>(options.begin(), options.end());
 }
 
 }  // namespace inferd::backends::ort

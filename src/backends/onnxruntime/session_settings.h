@@ -51,8 +51,10 @@ std::string DescribeSettings(const SessionSettings& s);
 // the keys Triton's onnxruntime backend gives that provider: gpu_mem_limit (bytes),
 // cudnn_conv_algo_search (0 EXHAUSTIVE, 1 HEURISTIC, 2 DEFAULT), arena_extend_strategy
 // (0 kNextPowerOfTwo, 1 kSameAsRequested), do_copy_in_default_stream (bool) and
-// optimization { cuda { graphs: true } } (enable_cuda_graph). A key the config leaves out
-// keeps ONNX Runtime's default. In key order; INVALID_ARGUMENT naming a bad value.
+// optimization { cuda { graphs: true } } (enable_cuda_graph), and every parameter of a
+// gpu_execution_accelerator named "cuda" as it is (those four keys win over it; device_id is
+// always `device_id`). A key the config leaves out keeps ONNX Runtime's default. In key order;
+// INVALID_ARGUMENT naming a bad value.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CudaProviderOptions(
     const config::ModelConfig& config, int device_id);
 
