@@ -293,6 +293,12 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     req->model_version = step.model_version;
     req->id = ctx->request->id;
     req->priority = ctx->request->priority;
+    // As Triton (each step gets the ensemble request's correlation ID and START/END flags): a
+    // step on a sequence model continues the client's sequence; perf_analyzer drives such an
+    // ensemble with sequence_id/sequence_start/sequence_end on the ensemble request.
+    req->sequence_id = ctx->request->sequence_id;
+    req->sequence_start = ctx->request->sequence_start;
+    req->sequence_end = ctx->request->sequence_end;
     req->timeout_us = ctx->request->timeout_us;
     req->parameters = ctx->request->parameters;  // as Triton: every step sees the request's
     req->deadline_ns = ctx->deadline_ns;

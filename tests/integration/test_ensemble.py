@@ -336,3 +336,85 @@ def test_none_mode_loads_each_composing_model_once(make_repo, server_factory):
     assert srv.get("/v2/health/ready").status_code == 200
     # "a_chain" sorts before "simple": it loads simple itself, and the pass does not reload it.
     assert srv.log().count("loaded model 'simple' version 1") == 1, srv.log()
+
+
+# An ensemble whose step is a sequence model (the accumulator of test_sequence.py): the client
+# speaks the sequence to the ensemble, and every step carries its correlation ID and START/END
+# flags, as Triton's ensemble scheduler does. perf_analyzer drives such an ensemble this way
+# (it calls it ENSEMBLE_SEQUENCE: sequence_id/sequence_start/sequence_end on every request).
+ACC_ENSEMBLE = """
+name: "acc_ens"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "CORRID" data_type: TYPE_UINT64 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "acc" model_version: -1
+  input_map { key: "INPUT" value: "IN" }
+  output_map { key: "OUTPUT" value: "SUM" } output_map { key: "CORRID_OUT" value: "CORRID" } } ] }
+"""
+
+
+@pytest.fixture
+def acc_ensemble_server(tmp_path, server_factory):
+    import sys
+
+    from conftest import REPO_ROOT
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "models"))
+    import gen_sequence_models
+    repo = tmp_path / "repo"
+    gen_sequence_models.write_accumulator(repo, "acc")
+    write_ensemble(repo, "acc_ens", ACC_ENSEMBLE)
+    srv = server_factory(repo)
+    srv.wait_until(lambda: srv.get("/v2/models/acc_ens/ready").status_code == 200, 60,
+                   "acc_ens ready")
+    return srv
+
+
+def test_sequence_through_an_ensemble_http(acc_ensemble_server):
+    srv = acc_ensemble_server
+
+    def step(value, seq_id, start=False, end=False):
+        params = {"sequence_id": seq_id, "sequence_start": start, "sequence_end": end}
+        body = {"parameters": params, "inputs": [
+            {"name": "IN", "datatype": "INT32", "shape": [1, 1], "data": [value]}]}
+        r = srv.post("/v2/models/acc_ens/infer", json=body)
+        assert r.status_code == 200, r.text
+        out = {o["name"]: o["data"][0] for o in r.json()["outputs"]}
+        return out["SUM"], out["CORRID"]
+
+    # Two sequences interleaved: each keeps its own state in the composing model.
+    assert step(5, 71, start=True) == (5, 71)
+    assert step(100, 72, start=True) == (100, 72)
+    assert step(3, 71) == (8, 71)
+    assert step(1, 72, end=True) == (101, 72)
+    assert step(2, 71, end=True) == (10, 71)
+    # END reached the composing model: the sequence is gone, and a request without START for
+    # it is refused there, named by the step.
+    body = {"parameters": {"sequence_id": 71}, "inputs": [
+        {"name": "IN", "datatype": "INT32", "shape": [1, 1], "data": [1]}]}
+    r = srv.post("/v2/models/acc_ens/infer", json=body)
+    assert_error(r, 400, "in ensemble 'acc_ens' step 0 (model 'acc')", "START")
+
+
+def test_sequence_through_an_ensemble_grpc_stream(acc_ensemble_server, pb):
+    m, svc = pb
+    channel = grpc.insecure_channel(f"127.0.0.1:{acc_ensemble_server.grpc_port}")
+    stub = svc.GRPCInferenceServiceStub(channel)
+    reqs = []
+    for i, v in enumerate([4, 8, 15]):
+        req = m.ModelInferRequest(model_name="acc_ens", id=f"r{i}")
+        req.parameters["sequence_id"].int64_param = 9001
+        req.parameters["sequence_start"].bool_param = i == 0
+        req.parameters["sequence_end"].bool_param = i == 2
+        req.inputs.add(name="IN", datatype="INT32", shape=[1, 1])
+        req.raw_input_contents.append(np.array([[v]], dtype=np.int32).tobytes())
+        reqs.append(req)
+    sums = {}
+    for resp in stub.ModelStreamInfer(iter(reqs), timeout=60):
+        assert not resp.error_message, resp.error_message
+        r = resp.infer_response
+        names = [o.name for o in r.outputs]
+        sums[r.id] = int(np.frombuffer(r.raw_output_contents[names.index("SUM")], np.int32)[0])
+    assert sums == {"r0": 4, "r1": 12, "r2": 27}
+    channel.close()

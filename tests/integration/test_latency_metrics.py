@@ -140,7 +140,7 @@ def test_histogram_and_summaries_follow_the_requests(tmp_path, server_factory):
         client_us = np.quantile(lat, float(q), method="inverted_cdf")
         # The server's time excludes the network and HTTP parsing; its sketch is within 1.6%.
         assert abs(server_us - client_us) <= 0.1 * client_us + 10000, (q, server_us, client_us)
-    # The backend's time (the identity backend sleeps in compute input): the delay, each time.
+    # The backend's time (the identity backend sleeps in compute infer): the delay, each time.
     median = sum(samples(fam, f)[(f, QL("0.5"))]
                  for f in ("nv_inference_compute_input_summary_us",
                            "nv_inference_compute_infer_summary_us",

@@ -113,3 +113,34 @@ def test_stats_single_version(server):
     assert r.status_code == 200, r.text
     stats = r.json()["model_stats"]
     assert [(s["name"], s["version"]) for s in stats] == [("two_versions_all", "2")]
+
+
+def test_identity_backend_time_is_compute_infer(server, server_factory, tmp_path):
+    """perf_analyzer's "Server:" line splits the backend's time into compute input / infer /
+    output. The identity backend's work (the copy, and `execute_delay_ms` standing for a slow
+    model) is its inference, as Triton's identity backend stamps it: compute_infer, which was
+    always 0 ns here."""
+    x = np.arange(256 * 1024, dtype=np.float32).reshape(1, -1)
+    before = get_stat(server, "identity_fp32")["inference_stats"]
+    r = infer(server, "identity_fp32", [make_input("INPUT0", x, "FP32")])
+    assert r.status_code == 200, r.text
+    after = get_stat(server, "identity_fp32")["inference_stats"]
+    assert after["compute_infer"]["count"] - before["compute_infer"]["count"] == 1
+    assert after["compute_infer"]["ns"] > before["compute_infer"]["ns"], (before, after)
+
+    d = tmp_path / "repo" / "slow_identity"
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(
+        'name: "slow_identity"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'parameters { key: "execute_delay_ms" value: { string_value: "40" } }\n')
+    srv = server_factory(tmp_path / "repo")
+    srv.wait_until(lambda: srv.get("/v2/models/slow_identity/ready").status_code == 200, 60,
+                   "slow_identity ready")
+    r = infer(srv, "slow_identity", [make_input("INPUT0", np.ones(4, np.float32), "FP32")])
+    assert r.status_code == 200, r.text
+    st = get_stat(srv, "slow_identity")["inference_stats"]
+    # The delay is a lower bound whatever the machine's load; it is not compute input.
+    assert st["compute_infer"]["ns"] >= 40_000_000, st
+    assert st["compute_input"]["ns"] < 40_000_000, st

@@ -65,6 +65,27 @@ TEST(PerfOptionsTest, CommandLine) {
   EXPECT_EQ(d->url, "localhost:8000");
 }
 
+// The perf_analyzer spellings a benchmark script passes unchanged (issue: the pa-audit run):
+// short -s/-r, --input-tensor-format, and --sync/--async/-a/--verbose-csv, which change nothing
+// here (N requests in flight either way; the CSV always has the verbose columns).
+TEST(PerfOptionsTest, PerfAnalyzerSpellings) {
+  auto o = ParseOptions({"-m", "a", "-s", "25", "-r", "4", "--input-tensor-format", "json",
+                         "--sync", "--verbose-csv"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stability_percentage, 25);
+  EXPECT_EQ(o->max_trials, 4);
+  EXPECT_TRUE(o->http_json);
+  for (const char* a : {"--async", "-a"}) {
+    auto b = ParseOptions({"-m", "a", a, "--input-tensor-format=binary"});
+    ASSERT_TRUE(b.ok()) << a << ": " << b.status();
+    EXPECT_FALSE(b->http_json);
+  }
+  EXPECT_EQ(ParseOptions({"-m", "a", "--input-tensor-format", "yaml"}).status().message(),
+            "--input-tensor-format takes binary or json, got 'yaml'");
+  EXPECT_EQ(ParseOptions({"-m", "a", "--sync", "--async"}).status().message(),
+            "--sync and --async are exclusive");
+}
+
 TEST(PerfOptionsTest, SharedMemory) {
   auto o = ParseOptions({"-m", "a", "--shared-memory", "system", "--output-shared-memory-size=602112"});
   ASSERT_TRUE(o.ok()) << o.status();

@@ -122,6 +122,7 @@ Measures a KServe v2 server (inferd, Triton, ...) over HTTP or gRPC, perf_analyz
   -u <host:port>                  server (default localhost:8000 for http, :8001 for grpc)
   -i http|grpc                    protocol (default http: binary tensor extension)
   --http-json                     send JSON tensors instead of the binary extension
+  --input-tensor-format binary|json   perf_analyzer's spelling of the same (default binary)
   --shared-memory none|system     system: tensors through registered POSIX shared memory
   --output-shared-memory-size <b> bytes of shared memory per output (default 102400)
   -b <n>                          batch size (default 1)
@@ -131,13 +132,16 @@ Measures a KServe v2 server (inferd, Triton, ...) over HTTP or gRPC, perf_analyz
   --request-rate-range <a:b:c>    open loop: requests per second
   --request-distribution constant|poisson   open-loop send times (default constant)
   --max-threads <n>               open-loop sending threads (default 16)
-  --measurement-interval <ms>     window length (default 5000)
-  --stability-percentage <p>      windows agree within p % (default 10)
-  --max-trials <n>                windows per step before giving up on stability (default 10)
+  --measurement-interval, -p <ms> window length (default 5000)
+  --stability-percentage, -s <p>  windows agree within p % (default 10)
+  --max-trials, -r <n>            windows per step before giving up on stability (default 10)
   --percentile <p>                stabilize and report on the p-th latency percentile
   --warmup-request-count <n>      requests sent before measuring (default 0)
   -f <file.csv>                   perf_analyzer-style CSV
   --report <file.html>            self-contained HTML report with plots
+  --sync, --async, -a, --verbose-csv   accepted as perf_analyzer's, change nothing: a step
+                                  keeps N requests in flight from N threads; the CSV always
+                                  has the verbose columns
 )";
 }
 
@@ -213,6 +217,14 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
          return absl::OkStatus();
        }},
       {"--max-trials", integer("--max-trials", 1, &o.max_trials)},
+      {"-r", integer("-r", 1, &o.max_trials)},
+      {"--input-tensor-format", [&](const std::string& v) -> absl::Status {
+         if (v != "binary" && v != "json") {
+           return Bad("--input-tensor-format takes binary or json, got '" + v + "'");
+         }
+         o.http_json = v == "json";
+         return absl::OkStatus();
+       }},
       {"--percentile", [&](const std::string& v) -> absl::Status {
          auto n = ToInt(v);
          if (!n || *n < 1 || *n > 99) return Bad("--percentile takes an integer 1..99, got '" + v + "'");
@@ -232,6 +244,11 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
       {"--report", text(&o.report_file)},
   };
   with_value["--protocol"] = with_value["-i"];
+  with_value["-s"] = with_value["--stability-percentage"];
+  // perf_analyzer's flags that change nothing here, accepted so its command lines run as they
+  // are: each closed-loop step keeps N requests in flight, from N threads, whether perf_analyzer
+  // would send them synchronously or not; the CSV always has the --verbose-csv columns.
+  bool sync = false, async = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg == "-h" || arg == "--help") {
@@ -240,6 +257,11 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
     }
     if (arg == "--http-json") {
       o.http_json = true;
+      continue;
+    }
+    if (arg == "--sync" || arg == "--async" || arg == "-a" || arg == "--verbose-csv") {
+      sync |= arg == "--sync";
+      async |= arg == "--async" || arg == "-a";
       continue;
     }
     std::string value;
@@ -258,6 +280,7 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
     if (absl::Status st = it->second(value); !st.ok()) return st;
   }
   if (o.help) return o;
+  if (sync && async) return Bad("--sync and --async are exclusive");
   if (o.model.empty()) return Bad("-m <model> is required; see --help");
   if (o.concurrency && o.request_rate) {
     return Bad("--concurrency-range and --request-rate-range are exclusive");

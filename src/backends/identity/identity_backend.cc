@@ -31,6 +31,9 @@ class IdentityInstance : public ModelInstance {
 
   void Execute(std::span<core::InferRequest* const> requests,
                std::span<core::InferResponse* const> responses, ExecutionTimes* times) override {
+    // The delay and the copy are this model's compute: perf_analyzer's "compute infer" (Triton's
+    // identity backend stamps compute start/end around its copy). Inputs need no preparing.
+    times->input_end_ns = core::NowNs();
     if (delay_ms_ > 0) {
       inferd::MutexLock lock(&mu_);
       waiting_ = true;
@@ -44,8 +47,6 @@ class IdentityInstance : public ModelInstance {
         return;
       }
     }
-    times->input_end_ns = core::NowNs();
-    times->output_start_ns = times->input_end_ns;
     for (size_t r = 0; r < requests.size(); ++r) {
       const core::InferRequest& req = *requests[r];
       core::InferResponse& resp = *responses[r];
@@ -65,6 +66,7 @@ class IdentityInstance : public ModelInstance {
         resp.outputs.push_back(std::move(out));
       }
     }
+    times->output_start_ns = core::NowNs();
   }
 
  private:
