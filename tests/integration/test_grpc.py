@@ -213,8 +213,13 @@ def test_load_unload_over_grpc(server_factory, make_repo, pb):
     with pytest.raises(grpc.RpcError) as e:
         s.RepositoryModelLoad(m.RepositoryModelLoadRequest(model_name="absent"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert ("failed to load 'absent', failed to poll from model repository"
+            in e.value.details()), e.value.details()
     s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="simple"))
     assert not s.ModelReady(m.ModelReadyRequest(name="simple")).ready
+    # As Triton: unloading a name that is not loaded (unknown, or unloaded already) is OK.
+    s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="absent"), timeout=30)
+    s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="simple"), timeout=30)
     channel.close()
 
 

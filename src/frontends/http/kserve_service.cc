@@ -373,6 +373,14 @@ HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t ver
     WriteDuration(w, "cache_hit", s.cache_hit);
     WriteDuration(w, "cache_miss", s.cache_miss);
     w.EndObject();
+    // Triton writes this key for every model: per response index, the statistics a backend
+    // reports with TRITONBACKEND_ModelInstanceReportResponseStatistics. Its ONNX Runtime and
+    // PyTorch backends report none, so Triton's object is empty for them; inferd's backends
+    // report none either. The key is there so code reading it (Triton's own response
+    // statistics tests, dashboards) finds Triton's shape.
+    w.Key("response_stats");
+    w.StartObject();
+    w.EndObject();
     w.Key("batch_stats");
     w.StartArray();
     for (const auto& [size, b] : s.batch_stats) {
