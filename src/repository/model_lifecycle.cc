@@ -1794,9 +1794,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::LookupSlow(std::str
     ASSIGN_OR_RETURN(std::string key, ResolveLocked(name));
     it = entries_.find(key);
   }
-  if (it == entries_.end()) {
-    return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
-  }
+  if (it == entries_.end()) return UnknownModelError(name);
   const auto& versions = it->second.versions;
   const Usage& usage = *it->second.usage;
   auto used = [this, &usage, count_use] {
@@ -1822,8 +1820,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::LookupSlow(std::str
   }
   auto v = versions.find(version);
   if (v == versions.end()) {
-    return absl::NotFoundError(
-        inferd::StrCat("unknown version ", version, " of model '", name, "'"));
+    return UnknownModelError(name, version);
   }
   if (!v->second.state.ready()) {
     const VersionState& state = v->second.state;

@@ -111,8 +111,10 @@ def test_bytes_typed_contents(stub, pb):
 
 
 @pytest.mark.parametrize("mutate,code,text", [
-    (lambda r: setattr(r, "model_name", "missing"), grpc.StatusCode.NOT_FOUND, "unknown model 'missing'"),
-    (lambda r: setattr(r, "model_version", "9"), grpc.StatusCode.NOT_FOUND, "unknown version 9"),
+    (lambda r: setattr(r, "model_name", "missing"), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'missing' is not found"),
+    (lambda r: setattr(r, "model_version", "9"), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'simple' version 9 is not found"),
     (lambda r: setattr(r, "model_version", "x"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model version"),
     (lambda r: r.inputs[0].shape.__setitem__(1, 15), grpc.StatusCode.INVALID_ARGUMENT, "INPUT0"),
     (lambda r: setattr(r.inputs[0], "datatype", "FP32"), grpc.StatusCode.INVALID_ARGUMENT, "INPUT0"),
@@ -146,7 +148,7 @@ def test_stream_infer(stub, pb):
     for resp in stub.ModelStreamInfer(iter(reqs)):
         got[resp.infer_response.id] = resp
     assert set(got) == {f"s{i}" for i in range(10)} | {"bad"}
-    assert "unknown model 'missing'" in got["bad"].error_message
+    assert got["bad"].error_message.startswith("Request for unknown model: 'missing' is not found")
     for i in range(10):
         r = got[f"s{i}"]
         assert r.error_message == ""

@@ -144,7 +144,8 @@ def test_explicit_load_unload(server_factory, make_repo):
     r = srv.post("/v2/repository/models/simple/load",
                  json={"parameters": {"config": "{this is not json"}})
     assert_4xx(r)
-    assert "error" in r.json()
+    # Triton's words: tritonclient's simple_http_model_control.py looks for "failed to load".
+    assert r.json()["error"].startswith("failed to load 'simple': Invalid config override: "), r.text
     assert_4xx(srv.get("/v2/models/simple/ready"))
 
     # And a plain load of simple works afterwards.
