@@ -7,6 +7,7 @@
 // Thread-safe after Open: the sources are fixed from then on (each Source is thread-safe).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>

@@ -1,6 +1,7 @@
 // The KServe v2 gRPC frontend on gRPC's callback API: every RPC, including the bidirectional
-// ModelStreamInfer, and grpc.health.v1.Health/Check (health.proto) as tritonserver serves it. It converts messages to and from core types (grpc_codec.h) and calls
-// server::Server, the same execution path HTTP uses. Raw input contents are used in place:
+// ModelStreamInfer, and grpc.health.v1.Health/Check (health.proto) as tritonserver serves it.
+// It converts messages to and from core types (grpc_codec.h) and calls server::Server, the
+// same execution path HTTP uses. Raw input contents are used in place:
 // the request message lives until the RPC finishes.
 #pragma once
 
