@@ -26,6 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kUnloadedReason[] = "unloaded";
+// Triton's words for a load of a model it cannot find ("failed to load '<m>', failed to poll
+// from model repository"), which scripts written against Triton look for in the message.
+constexpr char kPollFailed[] = "failed to poll from model repository";
 // References the store itself holds to a ready model: its version slot and the serving map.
 constexpr long kStoreRefs = 2;
 // A name no repository held is looked up again only after this long.
@@ -1017,11 +1020,12 @@ absl::Status ModelLifecycle::LoadFromRepository(
   if (it == scan.models.end()) {
     if (!scan.errors.empty()) {
       // A repository that could not be listed may hold it: not the client's fault.
-      return absl::UnavailableError(StrCat("failed to load '", name, "': ",
+      return absl::UnavailableError(StrCat("failed to load '", name, "', ", kPollFailed, ": ",
                                            StrJoin(scan.errors, "; ")));
     }
+    // NOT_FOUND (Triton: INTERNAL, HTTP 500): the client named a model no repository holds.
     return absl::NotFoundError(
-        inferd::StrCat("failed to load '", name, "': no model folder '", name,
+        inferd::StrCat("failed to load '", name, "', ", kPollFailed, ": no model folder '", name,
                        "' in the model repository"));
   }
   FetchStats stats;
@@ -1225,8 +1229,11 @@ absl::Status ModelLifecycle::Unload(const std::string& name, bool unload_depende
     inferd::MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-      return absl::InvalidArgumentError(
-          inferd::StrCat("failed to unload '", name, "': the model is not loaded"));
+      // Triton's unload of a name it has not loaded does nothing and succeeds (its
+      // L0_lifecycle "Unload non-existing model, nothing should happen"): clients unload
+      // unconditionally in their teardown, and an error there fails their scripts.
+      LOG_INFO << "unload of model '" << name << "': not loaded, nothing to unload";
+      return absl::OkStatus();
     }
     auto retire = [&](Entry& e, const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       // Like tritonserver, an unloaded model stays in the index as UNAVAILABLE ("unloaded").
@@ -1787,9 +1794,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::LookupSlow(std::str
     ASSIGN_OR_RETURN(std::string key, ResolveLocked(name));
     it = entries_.find(key);
   }
-  if (it == entries_.end()) {
-    return absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"));
-  }
+  if (it == entries_.end()) return UnknownModelError(name);
   const auto& versions = it->second.versions;
   const Usage& usage = *it->second.usage;
   auto used = [this, &usage, count_use] {
@@ -1815,8 +1820,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelLifecycle::LookupSlow(std::str
   }
   auto v = versions.find(version);
   if (v == versions.end()) {
-    return absl::NotFoundError(
-        inferd::StrCat("unknown version ", version, " of model '", name, "'"));
+    return UnknownModelError(name, version);
   }
   if (!v->second.state.ready()) {
     const VersionState& state = v->second.state;

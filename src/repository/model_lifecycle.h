@@ -153,7 +153,8 @@ class ModelLifecycle {
   absl::Status LoadFromUrl(const std::string& name, const std::string& url);
   // With `unload_dependents` (Triton's parameter), also unloads the models an ensemble runs
   // that were loaded only because it runs them (not loaded by name themselves) and that no
-  // other loaded ensemble runs, recursively, as Triton's dependency graph does.
+  // other loaded ensemble runs, recursively, as Triton's dependency graph does. A name that
+  // is not loaded (unknown, or never loaded) is OK and changes nothing, as in Triton.
   absl::Status Unload(const std::string& name, bool unload_dependents = false);
   // Unload, and forget where the model came from (SageMaker DELETE /models/<name>).
   absl::Status Forget(const std::string& name);

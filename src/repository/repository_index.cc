@@ -8,6 +8,14 @@
 
 namespace inferd::repository {
 
+absl::Status UnknownModelError(std::string_view name, int64_t version, std::string_view detail) {
+  std::string message = StrCat("Request for unknown model: '", name, "'");
+  if (version >= 0) message += StrCat(" version ", version);
+  message += " is not found";
+  if (!detail.empty()) message += StrCat(" (", detail, ")");
+  return absl::NotFoundError(message);
+}
+
 namespace fs = std::filesystem;
 
 absl::Status RepositoryIndex::Open(const std::vector<std::string>& urls,
@@ -137,8 +145,8 @@ absl::StatusOr<RepositoryIndex::Located> RepositoryIndex::Locate(const std::stri
   }
   std::vector<std::string> urls;
   for (const auto& s : sources_) urls.push_back(s->url());
-  return absl::NotFoundError(StrCat("unknown model '", source_name, "': no model repository (",
-                                    StrJoin(urls, ", "), ") holds it"));
+  return UnknownModelError(source_name, -1,
+                           StrCat("no model repository (", StrJoin(urls, ", "), ") holds it"));
 }
 
 absl::StatusOr<RepositoryIndex::Located> RepositoryIndex::LocateUrl(const std::string& url,

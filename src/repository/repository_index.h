@@ -7,6 +7,7 @@
 // Thread-safe after Open: the sources are fixed from then on (each Source is thread-safe).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +21,14 @@
 #include "repository/source.h"
 
 namespace inferd::repository {
+
+// NOT_FOUND for a model (or a version of it) that is not served, in Triton's words: "Request for
+// unknown model: '<m>' is not found", or "... '<m>' version <v> is not found" (its
+// ModelRepositoryManager::GetModel), then `detail` in parentheses when given. tritonclient's own
+// examples (simple_http_infer_client.py and others) check that the message starts with
+// "Request for unknown model".
+absl::Status UnknownModelError(std::string_view name, int64_t version = -1,
+                               std::string_view detail = "");
 
 class RepositoryIndex {
  public:

@@ -226,8 +226,7 @@ absl::StatusOr<std::vector<ModelStatistics>> Server::GetStatistics(std::string_v
     models = lifecycle_->ReadyVersions(name);
     if (models.empty()) {
       auto m = lifecycle_->Get(name, -1);
-      return m.status().ok() ? absl::NotFoundError(inferd::StrCat("unknown model '", name, "'"))
-                             : m.status();
+      return m.status().ok() ? repository::UnknownModelError(name) : m.status();
     }
   }
   for (const auto& m : models) {
@@ -564,7 +563,11 @@ void Server::LoadModel(std::string name, std::optional<std::string> config_json,
     if (config_json) {
       auto cfg = config::ParseModelConfigJson(*config_json);
       if (!cfg.ok()) {
-        done(cfg.status());
+        // Triton's load errors start "failed to load '<m>'" and name a bad override "Invalid
+        // config override"; tritonclient's simple_*_model_control.py examples look for the first.
+        done(absl::InvalidArgumentError(StrCat("failed to load '", name,
+                                               "': Invalid config override: ",
+                                               cfg.status().message())));
         return;
       }
       override_config = *std::move(cfg);

@@ -35,7 +35,7 @@ struct SharedMemoryManager::Region {
 namespace {
 
 absl::Status AlreadyInManager(const std::string& name) {
-  // Triton's ALREADY_EXISTS (HTTP 409), whichever kind holds the name.
+  // Triton's ALREADY_EXISTS (gRPC ALREADY_EXISTS, HTTP 400), whichever kind holds the name.
   return absl::AlreadyExistsError(
       inferd::StrCat("shared memory region '", name, "' already in manager"));
 }

@@ -59,15 +59,25 @@ def test_missing_inputs_field(server):
     assert_error(post_json(server, "simple", {"id": "1"}), 400, "inputs")
 
 
+# Triton's words (ModelRepositoryManager::GetModel), which tritonclient's own examples check:
+# simple_http_infer_client.py exits 1 unless the message starts with "Request for unknown model".
+UNKNOWN = "Request for unknown model: 'no_such_model' is not found"
+
+
 def test_unknown_model(server):
     r = post_json(server, "no_such_model", {"inputs": simple_inputs()})
-    assert_error(r, 404, "no_such_model")
+    assert assert_error(r, 404, "no_such_model").startswith(UNKNOWN)
+    for path in ("", "/config", "/stats", "/versions/1", "/versions/1/config"):
+        assert assert_error(server.get("/v2/models/no_such_model" + path), 404) == UNKNOWN, path
 
 
 def test_unknown_version(server):
     r = server.post("/v2/models/simple/versions/7/infer", data=json.dumps({"inputs": simple_inputs()}),
                     headers={"Content-Type": "application/json"})
-    assert_error(r, 404, "simple")
+    assert assert_error(r, 404) == "Request for unknown model: 'simple' version 7 is not found"
+    for path in ("", "/config", "/stats"):
+        assert (assert_error(server.get("/v2/models/simple/versions/7" + path), 404)
+                == "Request for unknown model: 'simple' version 7 is not found"), path
 
 
 def test_missing_input(server):

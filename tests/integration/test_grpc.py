@@ -111,8 +111,10 @@ def test_bytes_typed_contents(stub, pb):
 
 
 @pytest.mark.parametrize("mutate,code,text", [
-    (lambda r: setattr(r, "model_name", "missing"), grpc.StatusCode.NOT_FOUND, "unknown model 'missing'"),
-    (lambda r: setattr(r, "model_version", "9"), grpc.StatusCode.NOT_FOUND, "unknown version 9"),
+    (lambda r: setattr(r, "model_name", "missing"), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'missing' is not found"),
+    (lambda r: setattr(r, "model_version", "9"), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'simple' version 9 is not found"),
     (lambda r: setattr(r, "model_version", "x"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model version"),
     (lambda r: r.inputs[0].shape.__setitem__(1, 15), grpc.StatusCode.INVALID_ARGUMENT, "INPUT0"),
     (lambda r: setattr(r.inputs[0], "datatype", "FP32"), grpc.StatusCode.INVALID_ARGUMENT, "INPUT0"),
@@ -146,7 +148,7 @@ def test_stream_infer(stub, pb):
     for resp in stub.ModelStreamInfer(iter(reqs)):
         got[resp.infer_response.id] = resp
     assert set(got) == {f"s{i}" for i in range(10)} | {"bad"}
-    assert "unknown model 'missing'" in got["bad"].error_message
+    assert got["bad"].error_message.startswith("Request for unknown model: 'missing' is not found")
     for i in range(10):
         r = got[f"s{i}"]
         assert r.error_message == ""
@@ -213,8 +215,13 @@ def test_load_unload_over_grpc(server_factory, make_repo, pb):
     with pytest.raises(grpc.RpcError) as e:
         s.RepositoryModelLoad(m.RepositoryModelLoadRequest(model_name="absent"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert ("failed to load 'absent', failed to poll from model repository"
+            in e.value.details()), e.value.details()
     s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="simple"))
     assert not s.ModelReady(m.ModelReadyRequest(name="simple")).ready
+    # As Triton: unloading a name that is not loaded (unknown, or unloaded already) is OK.
+    s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="absent"), timeout=30)
+    s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="simple"), timeout=30)
     channel.close()
 
 
@@ -242,3 +249,48 @@ def test_full_queue_is_unavailable(server_factory, make_repo, pb):
     refused = [r for r in results if r != "OK"][0]
     assert refused[0] == grpc.StatusCode.UNAVAILABLE and "max_queue_size" in refused[1]
     channel.close()
+
+
+def health_check(port, metadata=None, service=""):
+    """grpc.health.v1.Health/Check spoken on the wire, without stubs: the request is
+    HealthCheckRequest{service} (field 1, a string), the answer HealthCheckResponse{status}
+    (field 1, an enum: 1 SERVING, 2 NOT_SERVING; proto3 leaves 0 UNKNOWN out)."""
+    svc = service.encode()
+    request = (b"\x0a" + bytes([len(svc)]) + svc) if svc else b""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        answer = check(request, metadata=metadata, timeout=30)
+    assert answer in (b"", b"\x08\x01", b"\x08\x02"), answer
+    return {b"": "UNKNOWN", b"\x08\x01": "SERVING", b"\x08\x02": "NOT_SERVING"}[answer]
+
+
+def test_grpc_health_check_says_whether_the_server_is_ready(server, server_factory, make_repo, pb):
+    """tritonserver serves the standard grpc.health.v1 Check beside GRPCInferenceService
+    (SERVING when ready, whatever `service` names); Kubernetes `grpc` probes and
+    grpc_health_probe use it. Watch it does not serve."""
+    assert health_check(server.grpc_port) == "SERVING"
+    assert health_check(server.grpc_port, service="inference.GRPCInferenceService") == "SERVING"
+    # Not ready: a model failed to load (strict readiness, the default).
+    repo = make_repo({"broken_config": "broken_config", "simple": "simple"})
+    srv = server_factory(repo, ["--exit-on-error=false"])
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code == 200, 60,
+                   "simple to be ready")
+    assert srv.get("/v2/health/ready").status_code != 200
+    assert health_check(srv.grpc_port) == "NOT_SERVING"
+    with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch",
+                                     request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as e:
+            list(watch(b"", timeout=30))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # Under the `health` category of --grpc-restricted-protocol, as tritonserver.
+    srv = server_factory(make_repo({"simple": "simple"}),
+                         ["--grpc-restricted-protocol=health:probe-key=k1"])
+    with pytest.raises(grpc.RpcError) as e:
+        health_check(srv.grpc_port)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "probe-key" in e.value.details()
+    assert health_check(srv.grpc_port, metadata=[("probe-key", "k1")]) == "SERVING"

@@ -129,7 +129,7 @@ def test_first_request_loads_and_readiness_never_does(make_repo, server_factory,
     assert srv.get("/v2/models/a/ready").status_code == 200
     # A name no repository holds: 404 naming it; path parts: 400.
     r = infer(srv, "nope", simple_inputs())
-    assert r.status_code == 404 and "unknown model 'nope'" in r.json()["error"], r.text
+    assert r.status_code == 404 and "Request for unknown model: 'nope' is not found" in r.json()["error"], r.text
     assert infer(srv, "..", simple_inputs()).status_code in (400, 404)
     # The statistics carry each version's measured footprint (Triton's memory_usage).
     stats = srv.get("/v2/models/a/stats").json()["model_stats"][0]

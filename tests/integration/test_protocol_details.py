@@ -2,6 +2,7 @@
 classification extension on FP16 outputs."""
 
 import concurrent.futures as futures
+import json
 
 import numpy as np
 import requests
@@ -95,3 +96,32 @@ def test_compressed_request_and_response_bodies(server):
                       headers={**headers, "Content-Encoding": "br"})
     assert r.status_code == 400 and "'br'" in r.text, r.text
     assert server.get("/v2/health/ready").status_code == 200
+
+
+def test_error_answers_are_never_compressed(server):
+    """Triton compresses a successful infer response only; its errors are plain JSON whatever
+    the Accept-Encoding. tritonclient json-decodes an error body as it comes (tritonclient.http.aio
+    asks for gzip on every request), so a compressed error reached users as "an exception
+    occurred in the client while decoding the response"."""
+    import gzip
+
+    from v2client import build_request
+
+    a = np.zeros((1, 16), np.int32)
+    good, headers = build_request([make_input("INPUT0", a, "INT32"), make_input("INPUT1", a, "INT32")])
+    bad, _ = build_request([make_input("INPUT0", a, "INT32")])  # INPUT1 missing
+    cases = [("/v2/models/simple/infer", bad, 400), ("/v2/models/no_such_model/infer", good, 404),
+             ("/v2/models/simple/versions/9/infer", good, 404)]
+    for path, body, status in cases:
+        for coding, data in [(None, body), ("gzip", gzip.compress(body))]:
+            h = {**headers, "Accept-Encoding": "gzip, deflate"}
+            if coding:
+                h["Content-Encoding"] = coding
+            r = requests.post(server.url + path, data=data, headers=h, stream=True)
+            raw = r.raw.read(decode_content=False)
+            assert r.status_code == status, (path, r.status_code, raw[:200])
+            assert "Content-Encoding" not in r.headers, (path, r.headers)
+            assert isinstance(json.loads(raw)["error"], str), raw[:200]
+    r = requests.post(server.url + "/v2/models/simple/infer", data=good,
+                      headers={**headers, "Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers.get("Content-Encoding") == "gzip", r.headers

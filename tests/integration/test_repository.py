@@ -132,16 +132,20 @@ def test_explicit_load_unload(server_factory, make_repo):
     # The other model is untouched.
     assert srv.get("/v2/models/onnx_identity_int32/ready").status_code == 200
 
-    # Load a model that does not exist.
+    # Load a model that does not exist: Triton's words, which scripts written against Triton
+    # look for (its L0_lifecycle does), then what is missing.
     r = srv.post("/v2/repository/models/not_in_repo/load", json={})
     assert_4xx(r)
-    assert "not_in_repo" in r.json()["error"]
+    assert ("failed to load 'not_in_repo', failed to poll from model repository"
+            in r.json()["error"]), r.text
+    assert "no model folder 'not_in_repo'" in r.json()["error"], r.text
 
     # Load with a config that is not valid JSON.
     r = srv.post("/v2/repository/models/simple/load",
                  json={"parameters": {"config": "{this is not json"}})
     assert_4xx(r)
-    assert "error" in r.json()
+    # Triton's words: tritonclient's simple_http_model_control.py looks for "failed to load".
+    assert r.json()["error"].startswith("failed to load 'simple': Invalid config override: "), r.text
     assert_4xx(srv.get("/v2/models/simple/ready"))
 
     # And a plain load of simple works afterwards.
@@ -151,6 +155,31 @@ def test_explicit_load_unload(server_factory, make_repo):
     r = infer(srv, "simple", [make_input("INPUT0", a, "INT32"), make_input("INPUT1", a, "INT32")])
     assert r.status_code == 200
     np.testing.assert_array_equal(parse_response(r)[1]["OUTPUT0"], a * 2)
+
+
+def test_unload_of_a_model_not_loaded_succeeds_and_changes_nothing(server_factory, make_repo):
+    """Triton's unload of a name it has not loaded does nothing and answers 200 (its
+    L0_lifecycle: "Unload non-existing model, nothing should happen"); tritonclient's
+    unload_model raises on anything else, and clients unload unconditionally in teardown."""
+    repo = make_repo({"simple": "simple", "two_versions": "two_versions"})
+    srv = server_factory(repo, ["--model-control-mode=explicit", "--load-model=simple"])
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code == 200, 30,
+                   "simple to be ready")
+    before = index(srv)
+    # A name no repository holds, and a repository model that was never loaded.
+    for name in ("not_in_repo", "two_versions"):
+        r = srv.post(f"/v2/repository/models/{name}/unload", json={})
+        assert r.status_code == 200, r.text
+        r = srv.post(f"/v2/repository/models/{name}/unload",
+                     json={"parameters": {"unload_dependents": True}})
+        assert r.status_code == 200, r.text
+    assert index(srv) == before
+    assert srv.get("/v2/models/simple/ready").status_code == 200
+    # Unloading twice: the second is the same no-op.
+    for _ in range(2):
+        r = srv.post("/v2/repository/models/simple/unload", json={})
+        assert r.status_code == 200, r.text
+    assert_4xx(srv.get("/v2/models/simple/ready"))
 
 
 def test_explicit_unloaded_model_index_state(server_factory, make_repo):

@@ -9,7 +9,16 @@ from v2client import assert_4xx, infer, make_input
 DURATION_KEYS = ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output"]
 
 
+# Triton's keys, in its order (tritonserver.cc TRITONSERVER_ServerModelStatistics).
+MODEL_STAT_KEYS = ["name", "version", "last_inference", "inference_count", "execution_count",
+                   "inference_stats", "response_stats", "batch_stats", "memory_usage"]
+
+
 def check_model_stat_format(st):
+    assert list(st) == MODEL_STAT_KEYS, list(st)
+    # Per response index, as a backend reports them; Triton's ONNX Runtime and PyTorch backends
+    # report none, and neither do inferd's.
+    assert st["response_stats"] == {}, st["response_stats"]
     assert isinstance(st["name"], str)
     assert isinstance(st["version"], str)
     for k in ("last_inference", "inference_count", "execution_count"):

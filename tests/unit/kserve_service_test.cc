@@ -127,7 +127,7 @@ TEST_F(KServeServiceTest, BadRequestsGetClientErrors) {
   EXPECT_EQ(Call("POST", "/v2/models/ident/infer", "{oops").status, 400);
   HttpResponse unknown = Call("POST", "/v2/models/nope/infer", R"({"inputs":[]})");
   EXPECT_EQ(unknown.status, 404);
-  EXPECT_THAT(unknown.body, HasSubstr("unknown model 'nope'"));
+  EXPECT_THAT(unknown.body, HasSubstr("Request for unknown model: 'nope' is not found"));
   HttpResponse badver = Call("POST", "/v2/models/ident/versions/9/infer", R"({"inputs":[]})");
   EXPECT_EQ(badver.status, 404);
   HttpResponse missing = Call("POST", "/v2/models/ident/infer", R"({"inputs":[]})");

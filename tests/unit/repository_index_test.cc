@@ -194,7 +194,7 @@ TEST_F(RepositoryIndexTest, LocateFetchesFromTheFirstRepositoryThatHoldsTheName)
 
   auto none = index.Locate("nope", fetch);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(none.status().message(), HasSubstr("unknown model 'nope'"));
+  EXPECT_THAT(none.status().message(), HasSubstr("Request for unknown model: 'nope' is not found"));
   EXPECT_THAT(none.status().message(), HasSubstr(a_));
   EXPECT_THAT(none.status().message(), HasSubstr(b_));
 

@@ -11,6 +11,7 @@
 #include "config/model_config_util.h"
 #include "frontends/grpc/grpc_codec.h"
 #include "grpc_service.grpc.pb.h"
+#include "health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "server/log_settings.h"
@@ -626,10 +627,39 @@ class GrpcFrontend::Service final : public inference::GRPCInferenceService::Call
   const int stream_max_in_flight_;
 };
 
+// grpc.health.v1.Health/Check as tritonserver answers it (CommonHandler::RegisterHealthCheck):
+// SERVING when the server is ready (what GET /v2/health/ready says), else NOT_SERVING, whatever
+// `service` names; under the `health` restricted-protocol category. Kubernetes `grpc` probes
+// and grpc_health_probe call it.
+class GrpcFrontend::HealthService final : public grpc::health::v1::Health::CallbackService {
+ public:
+  // `GrpcFrontend::Service` in full: inside this class `Service` names gRPC's base class.
+  HealthService(server::Server* server, const GrpcFrontend::Service* service)
+      : server_(server), service_(service) {}
+
+  ServerUnaryReactor* Check(CallbackServerContext* ctx, const grpc::health::v1::HealthCheckRequest*,
+                            grpc::health::v1::HealthCheckResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (!service_->Allowed(ctx, ApiCategory::kHealth)) {
+      reactor->Finish(service_->Refusal(ApiCategory::kHealth));
+      return reactor;
+    }
+    resp->set_status(server_->IsReady() ? grpc::health::v1::HealthCheckResponse::SERVING
+                                        : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  server::Server* server_;
+  const GrpcFrontend::Service* service_;  // its --grpc-restricted-protocol check
+};
+
 GrpcFrontend::GrpcFrontend(server::Server* server, GrpcOptions options)
     : server_(server), options_(std::move(options)),
       service_(std::make_unique<Service>(server, options_.restrictions,
-                                         options_.stream_max_in_flight)) {}
+                                         options_.stream_max_in_flight)),
+      health_service_(std::make_unique<HealthService>(server, service_.get())) {}
 
 GrpcFrontend::~GrpcFrontend() { Stop(); }
 
@@ -638,6 +668,7 @@ absl::Status GrpcFrontend::Start() {
   const std::string address = StrCat(options_.address, ":", options_.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
+  builder.RegisterService(health_service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(-1);
   if (options_.infer_threads > 0) {

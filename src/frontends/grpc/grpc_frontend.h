@@ -1,6 +1,7 @@
 // The KServe v2 gRPC frontend on gRPC's callback API: every RPC, including the bidirectional
-// ModelStreamInfer. It converts messages to and from core types (grpc_codec.h) and calls
-// server::Server, the same execution path HTTP uses. Raw input contents are used in place:
+// ModelStreamInfer, and grpc.health.v1.Health/Check (health.proto) as tritonserver serves it.
+// It converts messages to and from core types (grpc_codec.h) and calls server::Server, the
+// same execution path HTTP uses. Raw input contents are used in place:
 // the request message lives until the RPC finishes.
 #pragma once
 
@@ -40,9 +41,11 @@ class GrpcFrontend {
 
  private:
   class Service;
+  class HealthService;
   server::Server* server_;
   GrpcOptions options_;
   std::unique_ptr<Service> service_;
+  std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
 };

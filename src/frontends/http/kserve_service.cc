@@ -308,13 +308,18 @@ void KServeHttpService::HandleInfer(const HttpRequest& request,
     header_length = n;
   }
   if (auto coding = request.Header("Accept-Encoding")) {
-    // Triton compresses the infer response with the client's preferred coding.
+    // Triton compresses the infer response with the client's preferred coding, a successful one
+    // only (InferRequestClass::FinalizeResponse): its error answers are plain JSON, and
+    // tritonclient reads an error body without inflating it (http/_utils.py and http/aio
+    // _get_error json-decode the raw bytes; aiohttp asks for gzip on every request), so a
+    // compressed error reached the user as "an exception occurred in the client while decoding
+    // the response".
     const ContentCoding chosen = ChooseResponseCoding(*coding);
     if (chosen != ContentCoding::kIdentity) {
       reply = [inner = std::move(reply), chosen](std::function<HttpResponse()> make) {
         inner([make = std::move(make), chosen] {
           HttpResponse r = make();
-          CompressResponse(chosen, &r);
+          if (r.status == 200) CompressResponse(chosen, &r);
           return r;
         });
       };
@@ -372,6 +377,14 @@ HttpResponse KServeHttpService::ModelStats(const std::string& model, int64_t ver
     WriteDuration(w, "compute_output", s.compute_output);
     WriteDuration(w, "cache_hit", s.cache_hit);
     WriteDuration(w, "cache_miss", s.cache_miss);
+    w.EndObject();
+    // Triton writes this key for every model: per response index, the statistics a backend
+    // reports with TRITONBACKEND_ModelInstanceReportResponseStatistics. Its ONNX Runtime and
+    // PyTorch backends report none, so Triton's object is empty for them; inferd's backends
+    // report none either. The key is there so code reading it (Triton's own response
+    // statistics tests, dashboards) finds Triton's shape.
+    w.Key("response_stats");
+    w.StartObject();
     w.EndObject();
     w.Key("batch_stats");
     w.StartArray();

@@ -16,6 +16,17 @@ HttpResponse Ok() {
   return r;
 }
 
+// A region name already registered: Triton's HTTP frontend answers its ALREADY_EXISTS with 400
+// (HttpCodeFromError in its http_server.cc maps ALREADY_EXISTS, INVALID_ARG, CANCELLED and
+// UNKNOWN to 400; it has no 409), so tritonclient's exception carries status "400". gRPC keeps
+// ALREADY_EXISTS, as Triton's.
+HttpResponse RegisterError(const absl::Status& st) {
+  if (st.code() == absl::StatusCode::kAlreadyExists) {
+    return ErrorResponse(400, std::string_view(st.message().data(), st.message().size()));
+  }
+  return ErrorResponse(st);
+}
+
 HttpResponse MethodNotAllowed(const HttpRequest& request, bool wants_get) {
   HttpResponse r = ErrorResponse(405, inferd::StrCat("method ", request.method, " is not allowed on ",
                                                    request.path, "; use ", wants_get ? "GET" : "POST"));
@@ -47,7 +58,7 @@ HttpResponse Register(server::SharedMemoryManager& shm, const std::string& name,
   absl::Status st = shm.Register(
       name, std::string(key->value.GetString(), key->value.GetStringLength()), offset,
       size->value.GetUint64());
-  return st.ok() ? Ok() : ErrorResponse(st);
+  return st.ok() ? Ok() : RegisterError(st);
 }
 
 // Triton's status JSON: system regions {name, key, offset, byte_size}, CUDA regions
@@ -122,7 +133,7 @@ HttpResponse RegisterCuda(server::SharedMemoryManager& shm, const std::string& n
   }
   if (!size->value.IsUint64()) return ErrorResponse(400, "'byte_size' must be a non-negative integer");
   absl::Status st = shm.RegisterCuda(name, handle, device->value.GetInt64(), size->value.GetUint64());
-  return st.ok() ? Ok() : ErrorResponse(st);
+  return st.ok() ? Ok() : RegisterError(st);
 }
 
 }  // namespace
