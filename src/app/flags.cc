@@ -692,7 +692,9 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     f.server.trace = trace.options;
   }
   f.server.load_models = load_models;
-  f.grpc.max_message_bytes = static_cast<int>(std::min<size_t>(f.http.limits.max_body_bytes, INT32_MAX));
+  // tritonserver's gRPC takes messages up to INT32_MAX bytes whatever --http-max-input-size
+  // says (MAX_GRPC_MESSAGE_SIZE): a tensor over 64 MiB goes over gRPC as it does there.
+  f.grpc.max_message_bytes = INT32_MAX;
   if (!load_models.empty() && f.server.control_mode != server::ControlMode::kExplicit &&
       f.server.control_mode != server::ControlMode::kOnDemand) {
     return absl::InvalidArgumentError("--load-model needs --model-control-mode=explicit or on-demand");

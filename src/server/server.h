@@ -35,7 +35,9 @@ namespace inferd::server {
 enum class ControlMode { kNone, kExplicit, kPoll, kOnDemand };
 
 struct ServerOptions {
-  std::string id = "inferd";  // --id: the server metadata's "name", as tritonserver's --id
+  // --id: the server metadata's "name". tritonserver's default, "triton", which clients
+  // written for Triton (tritonclient's own examples) check for.
+  std::string id = "triton";
   bool model_namespacing = false;  // --model-namespacing (repository::LifecycleOptions)
   std::vector<std::string> repositories;
   ControlMode control_mode = ControlMode::kNone;
@@ -113,11 +115,10 @@ class Server {
   // waiting for it. False in the other control modes, and after Shutdown.
   bool PollNow();
 
-  static constexpr std::string_view kName = "inferd";
   static constexpr std::string_view kVersion = "0.1.0";
   // The server metadata's extensions (Triton's names, in its order).
   std::vector<std::string> Extensions() const;
-  // The server metadata's "name" (--id; kName by default).
+  // The server metadata's "name" (--id; "triton" by default, as tritonserver).
   const std::string& id() const { return options_.id; }
 
   bool IsLive() const;

@@ -44,7 +44,7 @@ def test_health_and_server_metadata(stub, pb):
     assert stub.ServerLive(m.ServerLiveRequest()).live
     assert stub.ServerReady(m.ServerReadyRequest()).ready
     md = stub.ServerMetadata(m.ServerMetadataRequest())
-    assert md.name == "inferd"
+    assert md.name == "triton"  # tritonserver's default --id, which its clients check
     assert {"binary_tensor_data", "statistics", "model_repository"} <= set(md.extensions)
     assert {"sequence", "parameters"} <= set(md.extensions)  # issue 26
     assert stub.ModelReady(m.ModelReadyRequest(name="simple")).ready
@@ -223,6 +223,29 @@ def test_load_unload_over_grpc(server_factory, make_repo, pb):
     s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="absent"), timeout=30)
     s.RepositoryModelUnload(m.RepositoryModelUnloadRequest(model_name="simple"), timeout=30)
     channel.close()
+
+
+def test_grpc_messages_are_not_bounded_by_the_http_limit(server_factory, make_repo, pb):
+    """tritonserver's gRPC takes messages up to 2 GiB whatever --http-max-input-size says; the
+    HTTP limit still holds for HTTP."""
+    m = pb[0]
+    repo = make_repo({"identity_fp32": "identity_fp32"})
+    srv = server_factory([repo], ["--http-max-input-size=1048576"])
+    srv.wait_until(lambda: srv.get("/v2/models/identity_fp32/ready").status_code == 200, 30,
+                   "identity_fp32 ready")
+    x = np.arange(1, 1 + 3 * 1024 * 1024 // 4, dtype=np.float32).reshape(1, -1)  # 3 MiB
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}",
+                                    options=[("grpc.max_receive_message_length", -1),
+                                             ("grpc.max_send_message_length", -1)])
+    s = pb[1].GRPCInferenceServiceStub(channel)
+    req = m.ModelInferRequest(model_name="identity_fp32")
+    req.inputs.add(name="INPUT0", datatype="FP32", shape=list(x.shape))
+    req.raw_input_contents.append(x.tobytes())
+    resp = s.ModelInfer(req, timeout=60)
+    np.testing.assert_array_equal(np.frombuffer(resp.raw_output_contents[0], np.float32), x.ravel())
+    channel.close()
+    r = infer(srv, "identity_fp32", [make_input("INPUT0", x, "FP32", binary=True)])
+    assert r.status_code == 413, r.text[:300]
 
 
 def test_full_queue_is_unavailable(server_factory, make_repo, pb):
