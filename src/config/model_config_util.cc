@@ -194,6 +194,43 @@ absl::Status ValidateTensorDims(std::string_view model, std::string_view kind,
   return absl::OkStatus();
 }
 
+// The defaults Triton core's NormalizeModelConfig writes into every config it loads, so that
+// GET /v2/models/<m>/config (HTTP and gRPC) reports the same configuration as tritonserver:
+// clients and tools compare it, or paste it back as a config.pbtxt. None of them changes how a
+// model is served here: a preferred batch size equal to max_batch_size forms the batches no
+// preferred size forms (scheduling/batch_policy.cc), the sequence batcher's idle default is the
+// same 1 s, and pinned memory only stages GPU copies.
+void FillTritonDefaults(ModelConfig* config) {
+  if (config->has_dynamic_batching() &&
+      config->dynamic_batching().preferred_batch_size_size() == 0 &&
+      config->max_batch_size() > 0) {
+    config->mutable_dynamic_batching()->add_preferred_batch_size(config->max_batch_size());
+  }
+  if (config->has_sequence_batching()) {
+    auto* sb = config->mutable_sequence_batching();
+    if (sb->max_sequence_idle_microseconds() == 0) {
+      sb->set_max_sequence_idle_microseconds(kDefaultSequenceIdleMicroseconds);
+    }
+    if (sb->has_oldest() && sb->oldest().preferred_batch_size_size() == 0 &&
+        config->max_batch_size() > 0) {
+      sb->mutable_oldest()->add_preferred_batch_size(config->max_batch_size());
+    }
+  }
+  if (config->platform() == "ensemble") {
+    // Triton's ValidateEnsembleConfig writes whether a step is decoupled; inferd refuses
+    // decoupled steps (repository/ensemble_validation.cc), so an ensemble never is.
+    config->mutable_model_transaction_policy()->set_decoupled(false);
+  } else {
+    auto* optimization = config->mutable_optimization();
+    if (!optimization->has_input_pinned_memory()) {
+      optimization->mutable_input_pinned_memory()->set_enable(true);
+    }
+    if (!optimization->has_output_pinned_memory()) {
+      optimization->mutable_output_pinned_memory()->set_enable(true);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfigText(std::string_view text,
@@ -383,6 +420,7 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   if (!config->has_version_policy()) {
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
+  FillTritonDefaults(config);
   if (config->version_policy().has_latest() &&
       config->version_policy().latest().num_versions() == 0) {
     return absl::InvalidArgumentError(inferd::StrCat(

@@ -2,6 +2,7 @@
 // JSON form the HTTP API returns. The schema is model_config.proto, field-for-field Triton's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,8 +36,16 @@ std::string ProtoTypeName(inference::DataType type);
 // Fills whichever of the two is missing; fails when they disagree.
 absl::Status NormalizePlatformAndBackend(ModelConfig* config);
 
-// Refuses the fields inferd does not implement (supported_fields.h), fills defaults (name,
-// instance group, version policy) and checks the configuration is consistent. Errors start with
+// Triton's default max_sequence_idle_microseconds (SEQUENCE_IDLE_DEFAULT_MICROSECONDS).
+inline constexpr uint64_t kDefaultSequenceIdleMicroseconds = 1000000;
+
+// Refuses the fields inferd does not implement (supported_fields.h), fills the defaults Triton
+// core's normalization fills (name, instance group, version policy, default_model_filename; a
+// dynamic batcher's and an `oldest` sequence batcher's preferred_batch_size [max_batch_size]
+// when none is given; max_sequence_idle_microseconds 1000000; optimization's
+// input_pinned_memory / output_pinned_memory `enable: true` except in an ensemble; an
+// ensemble's model_transaction_policy { decoupled: false }), so the config clients read back
+// is tritonserver's, and checks the configuration is consistent. Errors start with
 // "model '<name>': " and name the offending field.
 absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_name);
 

@@ -64,6 +64,68 @@ TEST(ModelConfigTest, NormalizeFillsDefaults) {
   EXPECT_EQ(cfg.default_model_filename(), "model.onnx");
 }
 
+// What Triton core's NormalizeModelConfig writes, so the config clients read back is
+// tritonserver's (Triton's qa/L0_model_config expected files carry each of these).
+TEST(ModelConfigTest, NormalizeFillsTritonsSchedulingAndOptimizationDefaults) {
+  auto cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+dynamic_batching { }
+optimization { output_pinned_memory { enable: false } }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  ASSERT_EQ(cfg->dynamic_batching().preferred_batch_size_size(), 1);
+  EXPECT_EQ(cfg->dynamic_batching().preferred_batch_size(0), 8);
+  EXPECT_TRUE(cfg->optimization().input_pinned_memory().enable());
+  EXPECT_TRUE(cfg->optimization().has_output_pinned_memory());
+  EXPECT_FALSE(cfg->optimization().output_pinned_memory().enable());  // the config's own
+  EXPECT_FALSE(cfg->has_model_transaction_policy());
+
+  // Sizes the config names are kept; an unbatched model gets none.
+  cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+sequence_batching { oldest { max_candidate_sequences: 4 } }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->sequence_batching().max_sequence_idle_microseconds(), 1000000u);
+  ASSERT_EQ(cfg->sequence_batching().oldest().preferred_batch_size_size(), 1);
+  EXPECT_EQ(cfg->sequence_batching().oldest().preferred_batch_size(0), 8);
+
+  cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+dynamic_batching { preferred_batch_size: [ 2, 4 ] }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->dynamic_batching().preferred_batch_size_size(), 2);
+
+  cfg = ParseModelConfigText("backend: \"identity\"\nsequence_batching { max_sequence_idle_microseconds: 5 }",
+                             "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->sequence_batching().max_sequence_idle_microseconds(), 5u);
+  EXPECT_EQ(cfg->sequence_batching().oldest().preferred_batch_size_size(), 0);
+
+  // An ensemble: no optimization (Triton refuses one there), model_transaction_policy written.
+  cfg = ParseModelConfigText(R"(
+platform: "ensemble"
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "a" model_version: -1
+  input_map { key: "IN" value: "x" } output_map { key: "OUT" value: "y" } } ] }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "e").ok());
+  EXPECT_FALSE(cfg->has_optimization());
+  EXPECT_TRUE(cfg->has_model_transaction_policy());
+  EXPECT_FALSE(cfg->model_transaction_policy().decoupled());
+  EXPECT_THAT(ModelConfigToJson(*cfg), HasSubstr(R"("model_transaction_policy":{"decoupled":false})"));
+}
+
 TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
   struct Case {
     const char* text;
