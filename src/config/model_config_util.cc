@@ -337,7 +337,37 @@ absl::Status NormalizePlatformAndBackend(ModelConfig* config) {
                                                    "'"));
   }
   if (config->backend() == "onnxruntime") config->set_platform("onnxruntime_onnx");
-  if (config->backend() == "pytorch") config->set_platform("pytorch_libtorch");
+  if (config->backend() == "pytorch") {
+    config->set_platform("pytorch_libtorch");
+    // Triton's AutoCompleteBackendFields names the file only for a config that gave the
+    // backend and no platform (one that gave the platform, or neither, keeps it empty, and
+    // the backend opens model.pt): what the config reads back says the same.
+    if (config->default_model_filename().empty()) config->set_default_model_filename("model.pt");
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelFilename(const ModelConfig& config) {
+  if (!config.default_model_filename().empty()) return config.default_model_filename();
+  if (config.platform() == "onnxruntime_onnx" || config.backend() == "onnxruntime") {
+    return "model.onnx";
+  }
+  if (config.platform() == "pytorch_libtorch" || config.backend() == "pytorch") return "model.pt";
+  if (config.backend() == "python") return "model.py";
+  return {};
+}
+
+absl::Status BackendFromModelName(std::string_view model_name, ModelConfig* config) {
+  const size_t dot = model_name.find('.');
+  if (dot == std::string_view::npos || dot + 1 == model_name.size()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", model_name, "': cannot tell which backend serves it: config.pbtxt sets "
+        "neither 'backend' nor 'platform', no version folder holds model.onnx, model.pt or "
+        "model.py, and the model name is not of the form '<model>.<backend>'"));
+  }
+  const std::string backend(model_name.substr(dot + 1));
+  config->set_backend(backend);
+  config->set_default_model_filename(inferd::StrCat("model.", backend));
   return absl::OkStatus();
 }
 
@@ -456,7 +486,6 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   }
   if (config->default_model_filename().empty()) {
     if (config->platform() == "onnxruntime_onnx") config->set_default_model_filename("model.onnx");
-    if (config->platform() == "pytorch_libtorch") config->set_default_model_filename("model.pt");
     if (config->backend() == "python") config->set_default_model_filename("model.py");
   }
   return absl::OkStatus();

@@ -33,8 +33,20 @@ inference::DataType ToProto(DataType type);
 std::string ProtoTypeName(inference::DataType type);
 
 // Platform/backend pairs as tritonserver knows them ("onnxruntime_onnx" <-> "onnxruntime").
-// Fills whichever of the two is missing; fails when they disagree.
+// Fills whichever of the two is missing; fails when they disagree. A config that names backend
+// "pytorch" and no platform also gets default_model_filename "model.pt", as in Triton (one that
+// names the platform keeps it empty).
 absl::Status NormalizePlatformAndBackend(ModelConfig* config);
+
+// The file in a version folder the backend opens: default_model_filename, or the backend's own
+// default where it is empty (model.onnx, model.pt, model.py); empty for a backend without one.
+std::string ModelFilename(const ModelConfig& config);
+
+// Triton's custom-backend auto-complete for a config that names no backend, platform or
+// default_model_filename and a version folder without a file that tells: a model named
+// "<model>.<backend>" is served by <backend> (the text after the first '.'), with
+// default_model_filename "model.<backend>". Fails, naming the model, for a name without '.'.
+absl::Status BackendFromModelName(std::string_view model_name, ModelConfig* config);
 
 // Triton's default max_sequence_idle_microseconds (SEQUENCE_IDLE_DEFAULT_MICROSECONDS).
 inline constexpr uint64_t kDefaultSequenceIdleMicroseconds = 1000000;

@@ -179,11 +179,14 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   spec.model_dir = model_dir;
   spec.version_dir = inferd::StrCat(model_dir, "/", version);
   spec.version = version;
-  spec.model_path = inferd::StrCat(spec.version_dir, "/", config.default_model_filename());
+  const std::string filename = config::ModelFilename(config);
+  spec.model_path = inferd::StrCat(spec.version_dir, "/", filename);
   spec.cpu_cores = options.cpu_cores;
   spec.strict_parameters = options.strict_parameters;
 
-  if (!config.default_model_filename().empty() &&
+  // A backend that opens no file (identity, repeat: Triton's test backends, whose configs name
+  // "model.<backend>" after the custom-backend auto-complete) needs none there.
+  if (!filename.empty() && backend != nullptr && backend->ReadsModelFile() &&
       !std::filesystem::exists(spec.model_path)) {
     return absl::NotFoundError(inferd::StrCat("model '", config.name(), "' version ", version,
                                             ": model file '", spec.model_path, "' not found"));

@@ -126,6 +126,50 @@ ensemble_scheduling { step [ { model_name: "a" model_version: -1
   EXPECT_THAT(ModelConfigToJson(*cfg), HasSubstr(R"("model_transaction_policy":{"decoupled":false})"));
 }
 
+// Triton's AutoCompleteBackendFields: default_model_filename "model.pt" only for a config that
+// gives backend "pytorch" and no platform; the file opened is model.pt either way.
+TEST(ModelConfigTest, PyTorchFilenameAsTritonFillsIt) {
+  ModelConfig by_backend;
+  by_backend.set_backend("pytorch");
+  ASSERT_TRUE(NormalizeAndValidate(&by_backend, "m").ok());
+  EXPECT_EQ(by_backend.platform(), "pytorch_libtorch");
+  EXPECT_EQ(by_backend.default_model_filename(), "model.pt");
+
+  ModelConfig by_platform;
+  by_platform.set_platform("pytorch_libtorch");
+  ASSERT_TRUE(NormalizeAndValidate(&by_platform, "m").ok());
+  EXPECT_EQ(by_platform.backend(), "pytorch");
+  EXPECT_EQ(by_platform.default_model_filename(), "");
+  EXPECT_EQ(ModelFilename(by_platform), "model.pt");
+
+  ModelConfig named;
+  named.set_platform("pytorch_libtorch");
+  named.set_default_model_filename("traced.pt");
+  EXPECT_EQ(ModelFilename(named), "traced.pt");
+  ModelConfig onnx;
+  onnx.set_platform("onnxruntime_onnx");
+  EXPECT_EQ(ModelFilename(onnx), "model.onnx");
+  ModelConfig identity;
+  identity.set_backend("identity");
+  EXPECT_EQ(ModelFilename(identity), "");
+}
+
+TEST(ModelConfigTest, BackendFromModelNameAsTritonsCustomBackendAutoComplete) {
+  ModelConfig cfg;
+  ASSERT_TRUE(BackendFromModelName("my_model.identity", &cfg).ok());
+  EXPECT_EQ(cfg.backend(), "identity");
+  EXPECT_EQ(cfg.default_model_filename(), "model.identity");
+  ModelConfig dotted;
+  ASSERT_TRUE(BackendFromModelName("a.b.c", &dotted).ok());
+  EXPECT_EQ(dotted.backend(), "b.c");  // after the first '.', as Triton's
+  ModelConfig none;
+  absl::Status st = BackendFromModelName("plain", &none);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("model 'plain'"));
+  EXPECT_THAT(st.message(), HasSubstr("'<model>.<backend>'"));
+  EXPECT_FALSE(BackendFromModelName("trailing.", &none).ok());
+}
+
 TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
   struct Case {
     const char* text;
