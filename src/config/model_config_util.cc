@@ -476,6 +476,26 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
             ", outside 1..priority_levels (", db.priority_levels(), ")"));
       }
     }
+    if (db.preserve_ordering()) {
+      // Triton's rules: responses in arrival order cannot also let a higher priority, or a
+      // delayed request, overtake.
+      if (db.priority_levels() > 1) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", model_name, "': dynamic_batching.preserve_ordering allows only one "
+            "priority level, got priority_levels ", db.priority_levels()));
+      }
+      auto delays = [](const inference::ModelQueuePolicy& p) {
+        return p.default_timeout_microseconds() != 0 &&
+               p.timeout_action() == inference::ModelQueuePolicy::DELAY;
+      };
+      bool any_delay = delays(db.default_queue_policy());
+      for (const auto& [level, policy] : db.priority_queue_policy()) any_delay |= delays(policy);
+      if (any_delay) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", model_name, "': dynamic_batching.preserve_ordering cannot be combined "
+            "with a queue policy whose timeout_action is DELAY"));
+      }
+    }
     for (int32_t size : config->dynamic_batching().preferred_batch_size()) {
       if (size < 1 || size > config->max_batch_size()) {
         return absl::InvalidArgumentError(inferd::StrCat(

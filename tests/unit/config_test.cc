@@ -170,6 +170,30 @@ TEST(ModelConfigTest, BackendFromModelNameAsTritonsCustomBackendAutoComplete) {
   EXPECT_FALSE(BackendFromModelName("trailing.", &none).ok());
 }
 
+// Triton's ValidateModelConfig refuses these too (qa/L0_model_config preserve_ordering*).
+TEST(ModelConfigTest, PreserveOrderingRefusesPrioritiesAndDelays) {
+  const std::string head = "backend: \"identity\" max_batch_size: 4 ";
+  for (const std::string& db : {
+           std::string("preserve_ordering: true priority_levels: 2 default_priority_level: 1"),
+           std::string("preserve_ordering: true default_queue_policy { timeout_action: DELAY "
+                       "default_timeout_microseconds: 100 }"),
+           std::string("preserve_ordering: true priority_levels: 1 default_priority_level: 1 "
+                       "priority_queue_policy { key: 1 value: { timeout_action: DELAY "
+                       "default_timeout_microseconds: 100 } }")}) {
+    auto cfg = ParseModelConfigText(head + "dynamic_batching { " + db + " }", "c.pbtxt");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    absl::Status st = NormalizeAndValidate(&*cfg, "m");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << db;
+    EXPECT_THAT(st.message(), HasSubstr("preserve_ordering")) << db;
+  }
+  // A DELAY that never times out (no timeout) and one level are fine, as in Triton.
+  auto cfg = ParseModelConfigText(head + "dynamic_batching { preserve_ordering: true "
+                                  "priority_levels: 1 default_priority_level: 1 "
+                                  "default_queue_policy { timeout_action: DELAY } }", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+}
+
 TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
   struct Case {
     const char* text;
