@@ -119,3 +119,125 @@ def test_backend_named_by_the_model_name(make_repo, server_factory):
     assert "'<model>.<backend>'" in idx["nodot"]["reason"], idx["nodot"]
     assert "backend 'nosuchbackend' is not available" in idx["other.nosuchbackend"]["reason"], \
         idx["other.nosuchbackend"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Ensembles: what Triton's ValidateEnsembleConfig accepts and refuses (qa/L0_model_config
+# autofill_noplatform_success/ensemble/inconsistent_shape, autofill_noplatform/ensemble/
+# unmapped_input, qa/L0_optional_input).
+
+def identity_config(name, mbs, dims, optional=False):
+    opt = " optional: true" if optional else ""
+    return (f'name: "{name}"\nbackend: "identity"\nmax_batch_size: {mbs}\n'
+            f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: {dims}{opt} }} ]\n'
+            f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: {dims} }} ]\n'
+            'instance_group [ { kind: KIND_CPU } ]\n')
+
+
+def write_model(repo, name, text, files=None):
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(text)
+    for fname, body in (files or {}).items():
+        (repo / name / "1" / fname).write_text(body)
+
+
+CHAIN = """
+input [ { name: "data" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "prob" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "batched" model_version: -1
+    input_map { key: "INPUT0" value: "data" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "%s" model_version: -1
+    input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "prob" } } ] }
+"""
+
+
+def test_batching_ensemble_runs_a_step_that_does_not_batch(make_repo, server_factory):
+    """A non-batching step whose dims are the batched tensor's full shape ([-1, 16] for [16])
+    takes the ensemble's batch whole; one whose dims do not match it is refused, naming both."""
+    repo = make_repo({})
+    write_model(repo, "batched", identity_config("batched", 4, "[ 16 ]"))
+    write_model(repo, "whole", identity_config("whole", 0, "[ -1, 16 ]"))
+    write_model(repo, "narrow", identity_config("narrow", 0, "[ -1, 8 ]"))
+    write_model(repo, "ens", 'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 2\n' +
+                CHAIN % "whole")
+    write_model(repo, "bad", 'name: "bad"\nplatform: "ensemble"\nmax_batch_size: 2\n' +
+                CHAIN % "narrow")
+    srv = server_factory(repo, ["--exit-on-error=false", "--strict-readiness=false"])
+    srv.wait_until(lambda: srv.get("/v2/models/ens/ready").status_code == 200, 60, "ens to load")
+    for batch in (1, 2):
+        x = np.arange(16 * batch, dtype=np.float32).reshape(batch, 16)
+        r = infer(srv, "ens", [make_input("data", x, "FP32")])
+        assert r.status_code == 200, r.text
+        np.testing.assert_array_equal(parse_response(r)[1]["prob"], x)
+    srv.wait_until(lambda: index(srv).get("bad", {}).get("reason"), 60, "bad to be refused")
+    reason = index(srv)["bad"]["reason"]
+    assert "input 'INPUT0' has shape [-1,8] but tensor 'mid'" in reason, reason
+
+
+def test_ensemble_step_must_map_every_required_input(make_repo, server_factory):
+    repo = make_repo({"simple": "simple"})
+    write_model(repo, "half", 'name: "half"\nplatform: "ensemble"\nmax_batch_size: 8\n' + """
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "simple" model_version: -1
+  input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+""")
+    srv = server_factory(repo, ["--exit-on-error=false", "--strict-readiness=false"])
+    srv.wait_until(lambda: index(srv).get("half", {}).get("reason"), 60, "half to be refused")
+    reason = index(srv)["half"]["reason"]
+    assert "input 'INPUT1' of model 'simple' is not mapped to any ensemble tensor" in reason, reason
+
+
+OPTIONAL_PY = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "B")
+            out = a + (b.as_numpy() if b is not None else 100)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", out)]))
+        return responses
+'''
+
+
+def test_ensemble_with_an_optional_input(make_repo, server_factory):
+    repo = make_repo({})
+    write_model(repo, "adder", """name: "adder"
+backend: "python"
+max_batch_size: 4
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 2 ] },
+        { name: "B" data_type: TYPE_INT32 dims: [ 2 ] optional: true } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+""", {"model.py": OPTIONAL_PY})
+    write_model(repo, "opt_ens", """name: "opt_ens"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] },
+        { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] optional: true } ]
+output [ { name: "Z" data_type: TYPE_INT32 dims: [ 2 ] } ]
+ensemble_scheduling { step [ { model_name: "adder" model_version: -1
+  input_map { key: "A" value: "X" } input_map { key: "B" value: "Y" }
+  output_map { key: "SUM" value: "Z" } } ] }
+""")
+    srv = server_factory(repo)
+    srv.wait_until(lambda: srv.get("/v2/models/opt_ens/ready").status_code == 200, 120,
+                   "opt_ens to load")
+    x = np.array([[1, 2]], dtype=np.int32)
+    y = np.array([[10, 20]], dtype=np.int32)
+    r = infer(srv, "opt_ens", [make_input("X", x, "INT32"), make_input("Y", y, "INT32")])
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(parse_response(r)[1]["Z"], x + y)
+    r = infer(srv, "opt_ens", [make_input("X", x, "INT32")])  # Y left out: the step runs without B
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(parse_response(r)[1]["Z"], x + 100)
+    # The required one still is.
+    r = infer(srv, "opt_ens", [make_input("Y", y, "INT32")])
+    assert r.status_code == 400, r.text
+    assert "X" in r.text
