@@ -241,3 +241,19 @@ ensemble_scheduling { step [ { model_name: "adder" model_version: -1
     r = infer(srv, "opt_ens", [make_input("Y", y, "INT32")])
     assert r.status_code == 400, r.text
     assert "X" in r.text
+
+
+def test_onnx_config_must_declare_every_input_the_file_requires(make_repo, server_factory):
+    """Triton refuses it too ("configuration expects 1 inputs, model provides 2"): every request
+    would fail in ONNX Runtime for want of the undeclared input."""
+    repo = make_repo({"one_input": "simple"})
+    (repo / "one_input" / "config.pbtxt").write_text("""name: "one_input"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+""")
+    srv = server_factory(repo, ["--exit-on-error=false", "--strict-readiness=false"])
+    srv.wait_until(lambda: index(srv).get("one_input", {}).get("reason"), 60, "the refusal")
+    reason = index(srv)["one_input"]["reason"]
+    assert "input 'INPUT1' of the model file is not in config.pbtxt" in reason, reason
