@@ -393,6 +393,23 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
         "model '", model_name, "': response_cache does not support decoupled models "
         "(model_transaction_policy { decoupled: true })"));
   }
+  // Triton's ValidateModelMetrics.
+  for (const auto& control : config->model_metrics().metric_control()) {
+    const char* missing = nullptr;
+    if (!control.has_metric_identifier()) {
+      missing = "metric_control must specify 'metric_identifier'";
+    } else if (control.metric_identifier().family().empty()) {
+      missing = "metric_identifier must specify a non-empty 'family'";
+    } else if (!control.has_histogram_options()) {
+      missing = "metric_control must specify 'histogram_options'";
+    } else if (control.histogram_options().buckets_size() == 0) {
+      missing = "histogram_options must specify non-empty 'buckets'";
+    }
+    if (missing != nullptr) {
+      return absl::InvalidArgumentError(
+          inferd::StrCat("model '", model_name, "': model_metrics: ", missing));
+    }
+  }
   if (config->max_batch_size() < 0) {
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", model_name, "': field 'max_batch_size' must be >= 0, got ",

@@ -83,9 +83,10 @@ absl::StatusOr<metrics::LatencyMetricsConfig> LatencyMetricsFor(const config::Mo
   for (const auto& control : config.model_metrics().metric_control()) {
     const std::string& family = control.metric_identifier().family();
     if (family != "nv_inference_first_response_histogram_ms") {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          "model_metrics: metric family '", family,
-          "' has no options here (only nv_inference_first_response_histogram_ms does)"));
+      // As tritonserver (its MetricModelReporter): the model loads, the entry changes nothing.
+      LOG_WARNING << "model '" << config.name() << "': Metric family '" << family
+                  << "' in 'metric_identifier' is not a customizable metric in Triton core.";
+      continue;
     }
     const auto& buckets = control.histogram_options().buckets();
     for (int i = 1; i < buckets.size(); ++i) {
