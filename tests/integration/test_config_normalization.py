@@ -6,6 +6,7 @@ qa/L0_model_config expected files show. Clients compare the two, and paste it ba
 The configs here are written for these tests, modeled on that corpus's cases."""
 
 import numpy as np
+import pytest
 
 from v2client import infer, make_input, parse_response
 
@@ -191,6 +192,7 @@ ensemble_scheduling { step [ { model_name: "simple" model_version: -1
 
 OPTIONAL_PY = '''
 import numpy as np
+import pytest
 import triton_python_backend_utils as pb_utils
 
 
@@ -257,3 +259,27 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
     srv.wait_until(lambda: index(srv).get("one_input", {}).get("reason"), 60, "the refusal")
     reason = index(srv)["one_input"]["reason"]
     assert "input 'INPUT1' of the model file is not in config.pbtxt" in reason, reason
+
+
+def test_pytorch_config_without_outputs_is_refused(make_repo, server_factory):
+    """Triton's PyTorch backend refuses it ("model configuration must contain at least one
+    output"; qa/L0_model_config autofill_noplatform/pytorch/too_few_outputs): nothing reads the
+    outputs from the file."""
+    torch = pytest.importorskip("torch")
+
+    class AddSub(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b, a - b
+
+    repo = make_repo({})
+    (repo / "no_outputs" / "1").mkdir(parents=True)
+    torch.jit.script(AddSub()).save(str(repo / "no_outputs" / "1" / "model.pt"))
+    (repo / "no_outputs" / "config.pbtxt").write_text("""platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""")
+    srv = server_factory(repo, ["--exit-on-error=false", "--strict-readiness=false"])
+    srv.wait_until(lambda: index(srv).get("no_outputs", {}).get("reason"), 120, "the refusal")
+    reason = index(srv)["no_outputs"]["reason"]
+    assert "must list at least one output" in reason, reason
