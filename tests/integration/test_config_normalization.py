@@ -283,3 +283,25 @@ input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] },
     srv.wait_until(lambda: index(srv).get("no_outputs", {}).get("reason"), 120, "the refusal")
     reason = index(srv)["no_outputs"]["reason"]
     assert "must list at least one output" in reason, reason
+
+
+def test_grpc_reports_the_same_normalized_config(make_repo, server_factory, pb):
+    """Triton's compare_status.py reads the config over both protocols."""
+    import grpc
+    from google.protobuf import json_format
+    m, m_grpc = pb
+    repo = make_repo({"batched": "simple"})
+    (repo / "batched" / "config.pbtxt").write_text(
+        'name: "batched"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n' + SIMPLE_IO +
+        "dynamic_batching { }\n")
+    srv = server_factory(repo)
+    srv.wait_until(lambda: srv.get("/v2/models/batched/ready").status_code == 200, 60,
+                   "batched to load")
+    with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
+        got = m_grpc.GRPCInferenceServiceStub(channel).ModelConfig(
+            m.ModelConfigRequest(name="batched")).config
+    assert list(got.dynamic_batching.preferred_batch_size) == [8]
+    assert got.optimization.input_pinned_memory.enable
+    http = type(got)()
+    json_format.ParseDict(config(srv, "batched"), http)
+    assert got == http
