@@ -420,6 +420,10 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
   std::vector<std::string> load_models;
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> cache_settings;
   std::optional<int64_t> cache_byte_size;  // --response-cache-byte-size
+  // tritonserver: --disable-auto-complete-config wins over --strict-model-config=false, in
+  // either order, with its warning.
+  std::optional<bool> strict_model_config;
+  bool disable_auto_complete = false;
 
   using Setter = std::function<absl::Status(const std::string&)>;
   auto set_bool = [](const char* name, bool* out) -> Setter {
@@ -481,6 +485,10 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
          auto b = ParseBool("strict-model-config", v);
          if (!b.ok()) return b.status();
          f.server.auto_complete = !*b;
+         strict_model_config = *b;
+         f.no_effect.push_back(
+             "Warning: '--strict-model-config' has been deprecated! Please use "
+             "'--disable-auto-complete-config' instead.");
          return absl::OkStatus();
        }},
       {"allow-http", set_bool("allow-http", &f.allow_http)},
@@ -645,7 +653,7 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     if (name == "help") { f.help = true; continue; }
     if (name == "version") { f.version = true; continue; }
     if (name == "disable-auto-complete-config") {
-      f.server.auto_complete = false;
+      disable_auto_complete = true;
       continue;
     }
     auto it = with_value.find(name);
@@ -671,6 +679,14 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args, int cpu_c
     }
     absl::Status st = it->second(*value);
     if (!st.ok()) return st;
+  }
+  if (disable_auto_complete) {
+    if (strict_model_config && !*strict_model_config) {
+      f.no_effect.push_back(
+          "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+          "'--disable-auto-complete-config'!");
+    }
+    f.server.auto_complete = false;
   }
   if (cache_byte_size && !cache_settings.empty()) {
     return absl::InvalidArgumentError(

@@ -45,7 +45,8 @@ struct Flags {
   int exit_timeout_secs = 30;
   // --backend-config=<backend>,<key>=<value>; backend "" holds the global <key>=<value> ones.
   std::map<std::string, std::map<std::string, std::string>> backend_config;
-  // "--<flag>=<value> has no effect on this server (<why>)", one per such flag given.
+  // "--<flag>=<value> has no effect on this server (<why>)", one per such flag given, and
+  // tritonserver's own warnings for its deprecated --strict-model-config; main logs each.
   std::vector<std::string> no_effect;
   bool help = false;
   bool version = false;

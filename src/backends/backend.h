@@ -137,6 +137,11 @@ class Backend {
   virtual absl::StatusOr<std::vector<std::string>> Configure(
       const std::map<std::string, std::string>& settings);
 
+  // True when an instance opens the model file in the version folder (ModelSpec::model_path):
+  // the repository then refuses a version without it, naming the file. False for a backend that
+  // computes without one (identity, repeat).
+  virtual bool ReadsModelFile() const { return true; }
+
   // True when Execute takes a batch whose requests' tensors differ in shape on inputs marked
   // `allow_ragged_batch` (each request's tensor used as it is, never concatenated).
   virtual bool SupportsRaggedBatch() const { return false; }

@@ -194,6 +194,43 @@ absl::Status ValidateTensorDims(std::string_view model, std::string_view kind,
   return absl::OkStatus();
 }
 
+// The defaults Triton core's NormalizeModelConfig writes into every config it loads, so that
+// GET /v2/models/<m>/config (HTTP and gRPC) reports the same configuration as tritonserver:
+// clients and tools compare it, or paste it back as a config.pbtxt. None of them changes how a
+// model is served here: a preferred batch size equal to max_batch_size forms the batches no
+// preferred size forms (scheduling/batch_policy.cc), the sequence batcher's idle default is the
+// same 1 s, and pinned memory only stages GPU copies.
+void FillTritonDefaults(ModelConfig* config) {
+  if (config->has_dynamic_batching() &&
+      config->dynamic_batching().preferred_batch_size_size() == 0 &&
+      config->max_batch_size() > 0) {
+    config->mutable_dynamic_batching()->add_preferred_batch_size(config->max_batch_size());
+  }
+  if (config->has_sequence_batching()) {
+    auto* sb = config->mutable_sequence_batching();
+    if (sb->max_sequence_idle_microseconds() == 0) {
+      sb->set_max_sequence_idle_microseconds(kDefaultSequenceIdleMicroseconds);
+    }
+    if (sb->has_oldest() && sb->oldest().preferred_batch_size_size() == 0 &&
+        config->max_batch_size() > 0) {
+      sb->mutable_oldest()->add_preferred_batch_size(config->max_batch_size());
+    }
+  }
+  if (config->platform() == "ensemble") {
+    // Triton's ValidateEnsembleConfig writes whether a step is decoupled; inferd refuses
+    // decoupled steps (repository/ensemble_validation.cc), so an ensemble never is.
+    config->mutable_model_transaction_policy()->set_decoupled(false);
+  } else {
+    auto* optimization = config->mutable_optimization();
+    if (!optimization->has_input_pinned_memory()) {
+      optimization->mutable_input_pinned_memory()->set_enable(true);
+    }
+    if (!optimization->has_output_pinned_memory()) {
+      optimization->mutable_output_pinned_memory()->set_enable(true);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfigText(std::string_view text,
@@ -300,7 +337,37 @@ absl::Status NormalizePlatformAndBackend(ModelConfig* config) {
                                                    "'"));
   }
   if (config->backend() == "onnxruntime") config->set_platform("onnxruntime_onnx");
-  if (config->backend() == "pytorch") config->set_platform("pytorch_libtorch");
+  if (config->backend() == "pytorch") {
+    config->set_platform("pytorch_libtorch");
+    // Triton's AutoCompleteBackendFields names the file only for a config that gave the
+    // backend and no platform (one that gave the platform, or neither, keeps it empty, and
+    // the backend opens model.pt): what the config reads back says the same.
+    if (config->default_model_filename().empty()) config->set_default_model_filename("model.pt");
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelFilename(const ModelConfig& config) {
+  if (!config.default_model_filename().empty()) return config.default_model_filename();
+  if (config.platform() == "onnxruntime_onnx" || config.backend() == "onnxruntime") {
+    return "model.onnx";
+  }
+  if (config.platform() == "pytorch_libtorch" || config.backend() == "pytorch") return "model.pt";
+  if (config.backend() == "python") return "model.py";
+  return {};
+}
+
+absl::Status BackendFromModelName(std::string_view model_name, ModelConfig* config) {
+  const size_t dot = model_name.find('.');
+  if (dot == std::string_view::npos || dot + 1 == model_name.size()) {
+    return absl::InvalidArgumentError(inferd::StrCat(
+        "model '", model_name, "': cannot tell which backend serves it: config.pbtxt sets "
+        "neither 'backend' nor 'platform', no version folder holds model.onnx, model.pt or "
+        "model.py, and the model name is not of the form '<model>.<backend>'"));
+  }
+  const std::string backend(model_name.substr(dot + 1));
+  config->set_backend(backend);
+  config->set_default_model_filename(inferd::StrCat("model.", backend));
   return absl::OkStatus();
 }
 
@@ -325,6 +392,23 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", model_name, "': response_cache does not support decoupled models "
         "(model_transaction_policy { decoupled: true })"));
+  }
+  // Triton's ValidateModelMetrics.
+  for (const auto& control : config->model_metrics().metric_control()) {
+    const char* missing = nullptr;
+    if (!control.has_metric_identifier()) {
+      missing = "metric_control must specify 'metric_identifier'";
+    } else if (control.metric_identifier().family().empty()) {
+      missing = "metric_identifier must specify a non-empty 'family'";
+    } else if (!control.has_histogram_options()) {
+      missing = "metric_control must specify 'histogram_options'";
+    } else if (control.histogram_options().buckets_size() == 0) {
+      missing = "histogram_options must specify non-empty 'buckets'";
+    }
+    if (missing != nullptr) {
+      return absl::InvalidArgumentError(
+          inferd::StrCat("model '", model_name, "': model_metrics: ", missing));
+    }
   }
   if (config->max_batch_size() < 0) {
     return absl::InvalidArgumentError(inferd::StrCat(
@@ -383,6 +467,7 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   if (!config->has_version_policy()) {
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
+  FillTritonDefaults(config);
   if (config->version_policy().has_latest() &&
       config->version_policy().latest().num_versions() == 0) {
     return absl::InvalidArgumentError(inferd::StrCat(
@@ -408,6 +493,26 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
             ", outside 1..priority_levels (", db.priority_levels(), ")"));
       }
     }
+    if (db.preserve_ordering()) {
+      // Triton's rules: responses in arrival order cannot also let a higher priority, or a
+      // delayed request, overtake.
+      if (db.priority_levels() > 1) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", model_name, "': dynamic_batching.preserve_ordering allows only one "
+            "priority level, got priority_levels ", db.priority_levels()));
+      }
+      auto delays = [](const inference::ModelQueuePolicy& p) {
+        return p.default_timeout_microseconds() != 0 &&
+               p.timeout_action() == inference::ModelQueuePolicy::DELAY;
+      };
+      bool any_delay = delays(db.default_queue_policy());
+      for (const auto& [level, policy] : db.priority_queue_policy()) any_delay |= delays(policy);
+      if (any_delay) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", model_name, "': dynamic_batching.preserve_ordering cannot be combined "
+            "with a queue policy whose timeout_action is DELAY"));
+      }
+    }
     for (int32_t size : config->dynamic_batching().preferred_batch_size()) {
       if (size < 1 || size > config->max_batch_size()) {
         return absl::InvalidArgumentError(inferd::StrCat(
@@ -418,7 +523,6 @@ absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_na
   }
   if (config->default_model_filename().empty()) {
     if (config->platform() == "onnxruntime_onnx") config->set_default_model_filename("model.onnx");
-    if (config->platform() == "pytorch_libtorch") config->set_default_model_filename("model.pt");
     if (config->backend() == "python") config->set_default_model_filename("model.py");
   }
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 // JSON form the HTTP API returns. The schema is model_config.proto, field-for-field Triton's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,11 +33,31 @@ inference::DataType ToProto(DataType type);
 std::string ProtoTypeName(inference::DataType type);
 
 // Platform/backend pairs as tritonserver knows them ("onnxruntime_onnx" <-> "onnxruntime").
-// Fills whichever of the two is missing; fails when they disagree.
+// Fills whichever of the two is missing; fails when they disagree. A config that names backend
+// "pytorch" and no platform also gets default_model_filename "model.pt", as in Triton (one that
+// names the platform keeps it empty).
 absl::Status NormalizePlatformAndBackend(ModelConfig* config);
 
-// Refuses the fields inferd does not implement (supported_fields.h), fills defaults (name,
-// instance group, version policy) and checks the configuration is consistent. Errors start with
+// The file in a version folder the backend opens: default_model_filename, or the backend's own
+// default where it is empty (model.onnx, model.pt, model.py); empty for a backend without one.
+std::string ModelFilename(const ModelConfig& config);
+
+// Triton's custom-backend auto-complete for a config that names no backend, platform or
+// default_model_filename and a version folder without a file that tells: a model named
+// "<model>.<backend>" is served by <backend> (the text after the first '.'), with
+// default_model_filename "model.<backend>". Fails, naming the model, for a name without '.'.
+absl::Status BackendFromModelName(std::string_view model_name, ModelConfig* config);
+
+// Triton's default max_sequence_idle_microseconds (SEQUENCE_IDLE_DEFAULT_MICROSECONDS).
+inline constexpr uint64_t kDefaultSequenceIdleMicroseconds = 1000000;
+
+// Refuses the fields inferd does not implement (supported_fields.h), fills the defaults Triton
+// core's normalization fills (name, instance group, version policy, default_model_filename; a
+// dynamic batcher's and an `oldest` sequence batcher's preferred_batch_size [max_batch_size]
+// when none is given; max_sequence_idle_microseconds 1000000; optimization's
+// input_pinned_memory / output_pinned_memory `enable: true` except in an ensemble; an
+// ensemble's model_transaction_policy { decoupled: false }), so the config clients read back
+// is tritonserver's, and checks the configuration is consistent. Errors start with
 // "model '<name>': " and name the offending field.
 absl::Status NormalizeAndValidate(ModelConfig* config, std::string_view model_name);
 

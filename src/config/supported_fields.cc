@@ -70,7 +70,10 @@ constexpr FieldRule kRules[] = {
     {"input.allow_ragged_batch", kYes, kModel},
     {"input.allow_ragged_batch", kNoEffect, kEnsemble, false,
      "an ensemble forms no batches; its composing models' own setting decides"},
-    {"input.optional", kYes, kModel},
+    // In an ensemble: a request may leave the input out, and the steps it maps to then run
+    // without it (scheduling/ensemble_scheduler.cc), as in Triton; such a step's model input
+    // must be optional too, or that step fails naming the input.
+    {"input.optional", kYes},
     {"input.is_non_linear_format_io", kNo, kAny, false, "non-linear I/O formats are a TensorRT feature"},
 
     {"output", kYes},

@@ -65,12 +65,13 @@ absl::Status ValidateEnsembleSteps(const config::ModelConfig& ensemble,
           "' is decoupled (model_transaction_policy { decoupled: true }); inferd does not run "
           "decoupled models inside ensembles"));
     }
-    if (batching && !model_batching) {
-      return absl::InvalidArgumentError(inferd::StrCat(
-          where, ": the ensemble batches (max_batch_size ", ensemble.max_batch_size(),
-          ") but model '", step.model_name, "' does not (max_batch_size 0)"));
-    }
-    if (batching && model.max_batch_size() < ensemble.max_batch_size()) {
+    // A batching ensemble may run a step that does not batch (Triton's rule) where the full
+    // shapes agree, which the shape checks below see: its dims are the batched tensor's full
+    // shape (e.g. [-1, 16] for the [16] of a batching step), so the tensor reaches it whole, as
+    // it is, and its output leaves as it is, as Triton's ensemble passes them. (Triton also
+    // takes dims that agree only without the batch dimension, adding or removing a batch of 1
+    // at run time; inferd refuses those here, naming the shapes.)
+    if (batching && model_batching && model.max_batch_size() < ensemble.max_batch_size()) {
       return absl::InvalidArgumentError(inferd::StrCat(
           where, ": the ensemble allows max_batch_size ", ensemble.max_batch_size(),
           " but model '", step.model_name, "' allows only ", model.max_batch_size()));
@@ -98,6 +99,19 @@ absl::Status ValidateEnsembleSteps(const config::ModelConfig& ensemble,
             where, ": input '", b.model_tensor, "' has shape ", ShapeToString(*shape),
             " but tensor '", graph.tensors[b.tensor], "' (", t.source, ") has shape ",
             ShapeToString(*t.shape)));
+      }
+    }
+    // Triton's rule: every input of the model is mapped, unless it is optional (the step then
+    // runs without it).
+    for (const auto& in : model.input()) {
+      if (in.optional()) continue;
+      bool mapped = false;
+      for (const auto& b : step.inputs) mapped |= b.model_tensor == in.name();
+      if (!mapped) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            where, ": input '", in.name(), "' of model '", step.model_name,
+            "' is not mapped to any ensemble tensor (input_map; only an optional input may be "
+            "left out)"));
       }
     }
     for (const auto& b : step.outputs) {

@@ -238,6 +238,9 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
       }
     }
   }
+  if (cfg.backend().empty() && cfg.platform().empty() && cfg.default_model_filename().empty()) {
+    RETURN_IF_ERROR(config::BackendFromModelName(name, &cfg));  // "<model>.<backend>"
+  }
   if (cfg.backend().empty() && cfg.platform().empty()) {
     return absl::InvalidArgumentError(inferd::StrCat(
         "model '", name, "': cannot tell which backend serves it: config.pbtxt sets neither "

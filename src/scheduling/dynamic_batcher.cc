@@ -11,7 +11,12 @@ namespace {
 BatchPolicy PolicyFrom(const config::ModelConfig& config) {
   BatchPolicy p;
   p.max_batch_size = std::max(1, config.max_batch_size());
-  for (int32_t s : config.dynamic_batching().preferred_batch_size()) p.preferred_batch_sizes.push_back(s);
+  // A preferred size equal to max_batch_size is what Triton's normalization (and
+  // config::NormalizeAndValidate) writes when the config names none, and it forms the batches
+  // no preferred size forms: it is left out, so such a model still learns its batch sizes.
+  for (int32_t s : config.dynamic_batching().preferred_batch_size()) {
+    if (s != p.max_batch_size) p.preferred_batch_sizes.push_back(s);
+  }
   p.max_queue_delay_ns = config.dynamic_batching().max_queue_delay_microseconds() * 1000;
   return p;
 }

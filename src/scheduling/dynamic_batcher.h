@@ -2,7 +2,8 @@
 // forms batches (batch_policy.h) whenever an instance is free and submits each batch to the
 // model's InstancePool, which runs the backend once for the whole batch.
 //
-// Batch sizes: Triton's rules (batch_policy.h), except that with no preferred_batch_size the
+// Batch sizes: Triton's rules (batch_policy.h), except that with no preferred_batch_size (or
+// only max_batch_size, the one Triton's normalization fills in when none is given) the
 // batcher learns which batch sizes the model runs cheapest per request and may send fewer
 // than all the queued requests when a smaller batch has run clearly cheaper (ShrinkBatch).
 //
@@ -118,7 +119,7 @@ class DynamicBatcher : public Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Each batch size's run time per request, from the instance threads (batch_policy.h);
-  // learned only when the config names no preferred_batch_size.
+  // learned only when the config names no preferred_batch_size other than max_batch_size.
   const bool learn_sizes_;
   BatchCosts costs_;
 

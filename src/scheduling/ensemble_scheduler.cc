@@ -74,6 +74,12 @@ absl::StatusOr<EnsembleGraph> BuildEnsembleGraph(const config::ModelConfig& conf
             "', which is an ensemble input"));
       }
       if (auto prev = produced_by.find(t); prev != produced_by.end()) {
+        // This step is not in g.steps yet: another output of it is named apart.
+        if (prev->second == static_cast<size_t>(i)) {
+          return absl::InvalidArgumentError(inferd::StrCat(
+              where, ": output '", model_tensor, "' writes tensor '", tensor,
+              "', which another output of this step also writes"));
+        }
         return absl::InvalidArgumentError(inferd::StrCat(
             where, ": output '", model_tensor, "' writes tensor '", tensor,
             "', which step ", prev->second, " (model '", g.steps[prev->second].model_name,

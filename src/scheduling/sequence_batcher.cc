@@ -45,6 +45,14 @@ absl::StatusOr<std::vector<SequenceBatcher::Control>> ParseControls(
   bool seen[4] = {};
   for (const auto& ci : config.sequence_batching().control_input()) {
     if (ci.name().empty()) return Bad(config, "a control_input has no name");
+    // One tensor cannot carry two controls (Triton refuses it too): the model would read
+    // whichever value was written last.
+    for (const auto& earlier : out) {
+      if (earlier.name == ci.name()) {
+        return Bad(config, StrCat("control tensor '", ci.name(), "' is given for more than one "
+                                  "control kind"));
+      }
+    }
     if (ci.control_size() != 1) {
       return Bad(config, StrCat("control_input '", ci.name(), "' must have exactly one control (has ",
                                 ci.control_size(), ")"));

@@ -60,6 +60,24 @@ def test_disable_auto_complete_config(server_factory, make_repo):
     assert entries and all(e.get("state") != "READY" for e in entries), entries
 
 
+@pytest.mark.parametrize("flags", [
+    ["--disable-auto-complete-config", "--strict-model-config=false"],
+    ["--strict-model-config=false", "--disable-auto-complete-config"],
+])
+def test_disable_auto_complete_config_wins_over_strict_model_config_false(server_factory,
+                                                                          make_repo, flags):
+    """As tritonserver (qa/L0_model_config cli_messages/cli_override), in either order."""
+    repo = make_repo({"simple": "simple", "add_sub_autocomplete": "add_sub_autocomplete"})
+    srv = server_factory(repo, flags + ["--exit-on-error=false"])
+    srv.wait_until(lambda: srv.get("/v2/models/simple/ready").status_code == 200, 30,
+                   "simple to be ready")
+    assert_4xx(srv.get("/v2/models/add_sub_autocomplete/ready"))
+    log = srv.log()
+    assert ("Warning: Overriding deprecated '--strict-model-config' from False to True in favor "
+            "of '--disable-auto-complete-config'!") in log, log
+    assert "Warning: '--strict-model-config' has been deprecated!" in log, log
+
+
 def test_sigterm_while_idle_exits_cleanly(server_factory, make_repo):
     repo = make_repo({"simple": "simple"})
     srv = server_factory(repo)

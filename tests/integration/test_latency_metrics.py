@@ -206,11 +206,32 @@ def test_bad_metrics_config_is_refused(tmp_path, setting, named):
     assert named in proc.stderr + proc.stdout
 
 
-def test_unknown_histogram_family_in_model_metrics_fails_the_load(tmp_path, server_factory):
+def test_unknown_histogram_family_in_model_metrics_loads_with_a_warning(tmp_path, server_factory):
+    # As tritonserver (qa/L0_model_config model_metrics/valid_config_with_warn): a family that
+    # is not customizable changes nothing, and one WARNING names it.
     bad = """model_metrics { metric_control: [ { metric_identifier: { family: "nv_nope" }
              histogram_options: { buckets: [ 1 ] } } ] }"""
     srv = server_factory(make_slow_repo(tmp_path, bad), ["--exit-on-error=false"])
-    r = srv.get("/v2/models/slow/ready")
-    assert r.status_code != 200
-    index = srv.post("/v2/repository/index", json={}).json()
-    assert any("nv_nope" in e.get("reason", "") for e in index), index
+    srv.wait_until(lambda: srv.get("/v2/models/slow/ready").status_code == 200, 60, "slow to load")
+    assert "Metric family 'nv_nope' in 'metric_identifier' is not a customizable metric" in srv.log()
+
+
+@pytest.mark.parametrize("control,named", [
+    ('histogram_options: { buckets: [ 1 ] }', "must specify 'metric_identifier'"),
+    ('metric_identifier: { } histogram_options: { buckets: [ 1 ] }', "non-empty 'family'"),
+    ('metric_identifier: { family: "nv_inference_first_response_histogram_ms" }',
+     "must specify 'histogram_options'"),
+    ('metric_identifier: { family: "nv_inference_first_response_histogram_ms" } '
+     'histogram_options: { }', "non-empty 'buckets'"),
+])
+def test_incomplete_model_metrics_fails_the_load(tmp_path, server_factory, control, named):
+    # Triton's ValidateModelMetrics (qa/L0_model_config model_metrics/invalid_config).
+    bad = "model_metrics { metric_control: [ { " + control + " } ] }"
+    srv = server_factory(make_slow_repo(tmp_path, bad), ["--exit-on-error=false"])
+
+    def reason():
+        index = srv.post("/v2/repository/index", json={}).json()
+        return next((e.get("reason", "") for e in index if e["name"] == "slow"), "")
+    srv.wait_until(reason, 60, "the refusal")
+    assert named in reason(), reason()
+    assert srv.get("/v2/models/slow/ready").status_code != 200

@@ -304,4 +304,5 @@ def test_model_without_config_or_model_file_names_the_problem(server_factory, ma
     assert entries and all(e.get("state") == "UNAVAILABLE" for e in entries), entries
     assert entries[0]["reason"] == (
         "model 'empty_model': cannot tell which backend serves it: config.pbtxt sets neither "
-        "'backend' nor 'platform', and no version folder holds model.onnx, model.pt or model.py"), entries
+        "'backend' nor 'platform', no version folder holds model.onnx, model.pt or model.py, "
+        "and the model name is not of the form '<model>.<backend>'"), entries

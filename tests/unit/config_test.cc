@@ -64,6 +64,136 @@ TEST(ModelConfigTest, NormalizeFillsDefaults) {
   EXPECT_EQ(cfg.default_model_filename(), "model.onnx");
 }
 
+// What Triton core's NormalizeModelConfig writes, so the config clients read back is
+// tritonserver's (Triton's qa/L0_model_config expected files carry each of these).
+TEST(ModelConfigTest, NormalizeFillsTritonsSchedulingAndOptimizationDefaults) {
+  auto cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+dynamic_batching { }
+optimization { output_pinned_memory { enable: false } }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  ASSERT_EQ(cfg->dynamic_batching().preferred_batch_size_size(), 1);
+  EXPECT_EQ(cfg->dynamic_batching().preferred_batch_size(0), 8);
+  EXPECT_TRUE(cfg->optimization().input_pinned_memory().enable());
+  EXPECT_TRUE(cfg->optimization().has_output_pinned_memory());
+  EXPECT_FALSE(cfg->optimization().output_pinned_memory().enable());  // the config's own
+  EXPECT_FALSE(cfg->has_model_transaction_policy());
+
+  // Sizes the config names are kept; an unbatched model gets none.
+  cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+sequence_batching { oldest { max_candidate_sequences: 4 } }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->sequence_batching().max_sequence_idle_microseconds(), 1000000u);
+  ASSERT_EQ(cfg->sequence_batching().oldest().preferred_batch_size_size(), 1);
+  EXPECT_EQ(cfg->sequence_batching().oldest().preferred_batch_size(0), 8);
+
+  cfg = ParseModelConfigText(R"(
+backend: "identity"
+max_batch_size: 8
+dynamic_batching { preferred_batch_size: [ 2, 4 ] }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->dynamic_batching().preferred_batch_size_size(), 2);
+
+  cfg = ParseModelConfigText("backend: \"identity\"\nsequence_batching { max_sequence_idle_microseconds: 5 }",
+                             "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+  EXPECT_EQ(cfg->sequence_batching().max_sequence_idle_microseconds(), 5u);
+  EXPECT_EQ(cfg->sequence_batching().oldest().preferred_batch_size_size(), 0);
+
+  // An ensemble: no optimization (Triton refuses one there), model_transaction_policy written.
+  cfg = ParseModelConfigText(R"(
+platform: "ensemble"
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "a" model_version: -1
+  input_map { key: "IN" value: "x" } output_map { key: "OUT" value: "y" } } ] }
+)", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ASSERT_TRUE(NormalizeAndValidate(&*cfg, "e").ok());
+  EXPECT_FALSE(cfg->has_optimization());
+  EXPECT_TRUE(cfg->has_model_transaction_policy());
+  EXPECT_FALSE(cfg->model_transaction_policy().decoupled());
+  EXPECT_THAT(ModelConfigToJson(*cfg), HasSubstr(R"("model_transaction_policy":{"decoupled":false})"));
+}
+
+// Triton's AutoCompleteBackendFields: default_model_filename "model.pt" only for a config that
+// gives backend "pytorch" and no platform; the file opened is model.pt either way.
+TEST(ModelConfigTest, PyTorchFilenameAsTritonFillsIt) {
+  ModelConfig by_backend;
+  by_backend.set_backend("pytorch");
+  ASSERT_TRUE(NormalizeAndValidate(&by_backend, "m").ok());
+  EXPECT_EQ(by_backend.platform(), "pytorch_libtorch");
+  EXPECT_EQ(by_backend.default_model_filename(), "model.pt");
+
+  ModelConfig by_platform;
+  by_platform.set_platform("pytorch_libtorch");
+  ASSERT_TRUE(NormalizeAndValidate(&by_platform, "m").ok());
+  EXPECT_EQ(by_platform.backend(), "pytorch");
+  EXPECT_EQ(by_platform.default_model_filename(), "");
+  EXPECT_EQ(ModelFilename(by_platform), "model.pt");
+
+  ModelConfig named;
+  named.set_platform("pytorch_libtorch");
+  named.set_default_model_filename("traced.pt");
+  EXPECT_EQ(ModelFilename(named), "traced.pt");
+  ModelConfig onnx;
+  onnx.set_platform("onnxruntime_onnx");
+  EXPECT_EQ(ModelFilename(onnx), "model.onnx");
+  ModelConfig identity;
+  identity.set_backend("identity");
+  EXPECT_EQ(ModelFilename(identity), "");
+}
+
+TEST(ModelConfigTest, BackendFromModelNameAsTritonsCustomBackendAutoComplete) {
+  ModelConfig cfg;
+  ASSERT_TRUE(BackendFromModelName("my_model.identity", &cfg).ok());
+  EXPECT_EQ(cfg.backend(), "identity");
+  EXPECT_EQ(cfg.default_model_filename(), "model.identity");
+  ModelConfig dotted;
+  ASSERT_TRUE(BackendFromModelName("a.b.c", &dotted).ok());
+  EXPECT_EQ(dotted.backend(), "b.c");  // after the first '.', as Triton's
+  ModelConfig none;
+  absl::Status st = BackendFromModelName("plain", &none);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("model 'plain'"));
+  EXPECT_THAT(st.message(), HasSubstr("'<model>.<backend>'"));
+  EXPECT_FALSE(BackendFromModelName("trailing.", &none).ok());
+}
+
+// Triton's ValidateModelConfig refuses these too (qa/L0_model_config preserve_ordering*).
+TEST(ModelConfigTest, PreserveOrderingRefusesPrioritiesAndDelays) {
+  const std::string head = "backend: \"identity\" max_batch_size: 4 ";
+  for (const std::string& db : {
+           std::string("preserve_ordering: true priority_levels: 2 default_priority_level: 1"),
+           std::string("preserve_ordering: true default_queue_policy { timeout_action: DELAY "
+                       "default_timeout_microseconds: 100 }"),
+           std::string("preserve_ordering: true priority_levels: 1 default_priority_level: 1 "
+                       "priority_queue_policy { key: 1 value: { timeout_action: DELAY "
+                       "default_timeout_microseconds: 100 } }")}) {
+    auto cfg = ParseModelConfigText(head + "dynamic_batching { " + db + " }", "c.pbtxt");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    absl::Status st = NormalizeAndValidate(&*cfg, "m");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << db;
+    EXPECT_THAT(st.message(), HasSubstr("preserve_ordering")) << db;
+  }
+  // A DELAY that never times out (no timeout) and one level are fine, as in Triton.
+  auto cfg = ParseModelConfigText(head + "dynamic_batching { preserve_ordering: true "
+                                  "priority_levels: 1 default_priority_level: 1 "
+                                  "default_queue_policy { timeout_action: DELAY } }", "c.pbtxt");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(NormalizeAndValidate(&*cfg, "m").ok());
+}
+
 TEST(ModelConfigTest, NormalizeRejectsInconsistentConfigs) {
   struct Case {
     const char* text;

@@ -426,12 +426,23 @@ TEST_F(LearnedSizesTest, ASizeThatRunsSlowlyIsSplitOnceLearned) {
 }
 
 TEST_F(LearnedSizesTest, APreferredBatchSizeKeepsTritonsRules) {
-  StartSlowThree("max_queue_delay_microseconds: 0 preferred_batch_size: [ 8 ]");
+  StartSlowThree("max_queue_delay_microseconds: 0 preferred_batch_size: [ 4 ]");
   for (uint32_t i = 0; i < BatchCosts::kMinSamples; ++i) {
     ASSERT_EQ(Round(3).size(), 1u);
     ASSERT_EQ(Round(2).size(), 1u);
   }
   EXPECT_EQ(Round(3).size(), 1u);
+}
+
+// preferred_batch_size [max_batch_size] is what the config's normalization writes when the
+// config names none (as Triton's): the model still learns its sizes.
+TEST_F(LearnedSizesTest, TritonsDefaultPreferredSizeStillLearns) {
+  StartSlowThree("max_queue_delay_microseconds: 0 preferred_batch_size: [ 8 ]");
+  for (uint32_t i = 0; i < BatchCosts::kMinSamples; ++i) {
+    ASSERT_EQ(Round(3).size(), 1u);
+    ASSERT_EQ(Round(2).size(), 1u);
+  }
+  EXPECT_EQ(Round(3).size(), 2u);
 }
 
 }  // namespace

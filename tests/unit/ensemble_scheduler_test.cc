@@ -248,6 +248,20 @@ TEST(EnsembleGraphTest, ErrorsNameTheStepAndTensor) {
             "ensemble input");
 }
 
+// Two outputs of one step writing one tensor (Triton's qa/L0_model_config
+// output_to_tensor_overmapped): refused like two steps writing it. The message read the step's
+// entry before it existed, and the server died at start-up (std::bad_alloc).
+TEST(EnsembleGraphTest, TwoOutputsOfOneStepWritingOneTensorAreRefused) {
+  EXPECT_EQ(GraphError(R"pb(
+    name: "ens" platform: "ensemble"
+    input { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }
+    output { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }
+    ensemble_scheduling { step { model_name: "m" input_map { key: "X" value: "A" }
+      output_map { key: "W" value: "OUT" } output_map { key: "Z" value: "OUT" } } })pb"),
+            "ensemble 'ens' step 0 (model 'm'): output 'Z' writes tensor 'OUT', which another "
+            "output of this step also writes");
+}
+
 class EnsembleSchedulerTest : public ::testing::Test {
  protected:
   void Make(const std::string& text, size_t max_queue = 16) {

@@ -236,6 +236,24 @@ TEST_F(SequenceBatcherTest, RunningBatchIsStoppedWhenItsClientCancels) {
   EXPECT_EQ(I32(next->outputs["OUT"]), 3);
 }
 
+// One tensor named for two controls would carry whichever was written last (Triton refuses it:
+// qa/L0_model_config control_tensor_multiple).
+TEST(SequenceBackendConfigTest, RefusesOneTensorForTwoControls) {
+  auto cfg = config::ParseModelConfigText(
+      "name: \"m\" backend: \"identity\" max_batch_size: 2 "
+      "input [{name: \"X\" data_type: TYPE_INT32 dims: [1]}] "
+      "output [{name: \"OUT\" data_type: TYPE_INT32 dims: [1]}] "
+      "sequence_batching { control_input ["
+      "{name: \"START\" control [{kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]}]}, "
+      "{name: \"START\" control [{kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1]}]}] }",
+      "c");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto backend = SequenceBackendConfig(*cfg);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(backend.status().message(), HasSubstr("control tensor 'START'"));
+}
+
 TEST_F(SequenceBatcherTest, RefusesRequestsWithoutACorrelationId) {
   Start("direct {}");
   auto r = Wait(Send(0, 1, true));

@@ -81,6 +81,7 @@ class IdentityInstance : public ModelInstance {
 class IdentityBackend : public Backend {
  public:
   std::string_view name() const override { return "identity"; }
+  bool ReadsModelFile() const override { return false; }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
       const ModelSpec& spec, const inference::ModelInstanceGroup& group, int index) override {

@@ -651,6 +651,12 @@ class LibTorchBackend : public Backend {
                                                         std::optional<c10::Stream> stream) {
     if (auto st = CheckConfigSupport(spec, name(), kConfigSupport, index); !st.ok()) return st;
     const auto& cfg = *spec.config;
+    if (cfg.output_size() == 0) {
+      // As Triton's PyTorch backend: outputs are bound by name, so none would answer nothing.
+      return absl::InvalidArgumentError(StrCat(
+          "pytorch: model '", cfg.name(), "': config.pbtxt must list at least one output, none "
+          "were specified (the PyTorch backend does not read them from the model file)"));
+    }
     for (const auto& in : cfg.input()) {
       if (!ToTorch(config::FromProto(in.data_type()))) {
         return absl::InvalidArgumentError(StrCat("model '", cfg.name(), "': input '", in.name(), "' is ",

@@ -842,6 +842,19 @@ class OnnxRuntimeBackend : public Backend {
                       out.has_reshape() ? &out.reshape() : nullptr);
       if (!st.ok()) return st;
     }
+    // And the other way (Triton's "configuration expects N inputs, model provides M"): an
+    // input the file requires (an initializer with a default is not listed) that the config
+    // leaves out would fail every request.
+    for (const auto& io : *ins) {
+      bool declared = false;
+      for (const auto& in : config.input()) declared |= in.name() == io.name;
+      if (!declared) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "model '", config.name(), "': input '", io.name, "' of the model file is not in "
+            "config.pbtxt (the model file requires ", ins->size(), " inputs, config.pbtxt "
+            "declares ", config.input_size(), ")"));
+      }
+    }
     return absl::OkStatus();
   }
 

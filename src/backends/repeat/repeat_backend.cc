@@ -247,6 +247,7 @@ class RepeatInstance : public ModelInstance {
 class RepeatBackend : public Backend {
  public:
   std::string_view name() const override { return "repeat"; }
+  bool ReadsModelFile() const override { return false; }
   bool SupportsDecoupled() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(
