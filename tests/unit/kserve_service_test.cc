@@ -75,7 +75,7 @@ TEST_F(KServeServiceTest, HealthAndServerMetadata) {
   EXPECT_EQ(Call("GET", "/v2/health/ready").status, 400);
   HttpResponse md = Call("GET", "/v2");
   EXPECT_EQ(md.status, 200);
-  EXPECT_THAT(md.body, HasSubstr("\"name\":\"inferd\""));
+  EXPECT_THAT(md.body, HasSubstr("\"name\":\"triton\""));
   EXPECT_THAT(md.body, HasSubstr("binary_tensor_data"));
   EXPECT_EQ(Call("POST", "/v2/health/live").status, 405);
   EXPECT_EQ(Call("GET", "/nope").status, 404);
