@@ -856,7 +856,15 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
     configs.push_back(&(*model)->config());
     models.push_back(*std::move(model));
   }
-  return ValidateEnsembleSteps(config, graph, configs);
+  RETURN_IF_ERROR(ValidateEnsembleSteps(config, graph, configs));
+  // As Triton: an ensemble with a decoupled step is decoupled (it answers 0..N times, through
+  // ModelStreamInfer and generate_stream; /infer and ModelInfer refuse it).
+  for (const auto* step : configs) {
+    if (step->model_transaction_policy().decoupled()) {
+      config.mutable_model_transaction_policy()->set_decoupled(true);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ---- entry points ----------------------------------------------------------------------------
