@@ -199,6 +199,26 @@ struct EnsembleScheduler::Context {
   // installs its own listener, so steps cannot share the client's token), and on an error.
   std::vector<std::shared_ptr<core::CancellationToken>> step_tokens ABSL_GUARDED_BY(mu);
   uint64_t deadline_ns = 0;  // DeadlineOf(*request)
+
+  // Writes `value` as tensor `t` of flow `f` and of every flow forked from it, collecting the
+  // steps that become ready there and the flows that now have every ensemble output.
+  void Write(size_t f, size_t t, const core::OutputTensor& value, bool direct,
+             std::vector<Job>* ready, std::vector<size_t>* complete)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const EnsembleGraph& graph = scheduler->graph_;
+    Flow& flow = flows[f];
+    if (flow.answered) return;  // its outputs are all out: nothing runs in it any more
+    flow.values[t] = value;
+    for (size_t c : graph.consumers[t]) {
+      if (direct) flow.own[c] = true;
+      if (--flow.waiting[c] == 0 && flow.own[c]) ready->push_back({f, c});
+    }
+    if (scheduler->is_output_[t]) {
+      if (direct) flow.outputs_own = true;
+      if (--flow.outputs_left == 0 && flow.outputs_own) complete->push_back(f);
+    }
+    for (size_t child : flow.children) Write(child, t, value, false, ready, complete);
+  }
 };
 
 EnsembleScheduler::EnsembleScheduler(const config::ModelConfig& config, int64_t version,
@@ -382,25 +402,6 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
   }
 }
 
-void EnsembleScheduler::WriteLocked(Context* ctx, size_t f, size_t t,
-                                    const core::OutputTensor& value, bool direct,
-                                    std::vector<Job>* ready, std::vector<size_t>* complete) {
-  Context::Flow& flow = ctx->flows[f];
-  if (flow.answered) return;  // its outputs are all out: nothing runs in it any more
-  flow.values[t] = value;
-  for (size_t c : graph_.consumers[t]) {
-    if (direct) flow.own[c] = true;
-    if (--flow.waiting[c] == 0 && flow.own[c]) ready->push_back({f, c});
-  }
-  if (is_output_[t]) {
-    if (direct) flow.outputs_own = true;
-    if (--flow.outputs_left == 0 && flow.outputs_own) complete->push_back(f);
-  }
-  // By index: a fork below may grow `flows`.
-  const std::vector<size_t> children = flow.children;
-  for (size_t child : children) WriteLocked(ctx, child, t, value, false, ready, complete);
-}
-
 void EnsembleScheduler::OnStepResponse(const std::shared_ptr<Context>& ctx, size_t f, size_t s,
                                        std::unique_ptr<core::InferResponse> response, bool final,
                                        bool forks) {
@@ -447,7 +448,7 @@ void EnsembleScheduler::OnStepResponse(const std::shared_ptr<Context>& ctx, size
                                                        b.model_tensor, "'"));
             break;
           }
-          WriteLocked(ctx.get(), target, b.tensor, *out, /*direct=*/true, &ready, &complete);
+          ctx->Write(target, b.tensor, *out, /*direct=*/true, &ready, &complete);
         }
       }
       if (!error.ok()) {

@@ -105,10 +105,6 @@ class EnsembleScheduler : public Scheduler {
   // the one answer of a step that is not decoupled (`final` then true).
   void OnStepResponse(const std::shared_ptr<Context>& ctx, size_t flow, size_t step,
                       std::unique_ptr<core::InferResponse> response, bool final, bool forks);
-  // Under ctx->mu: writes `value` as tensor `t` of `flow` and of every flow forked from it,
-  // collecting the steps that become ready and the flows that now have every output.
-  void WriteLocked(Context* ctx, size_t flow, size_t t, const core::OutputTensor& value,
-                   bool direct, std::vector<Job>* ready, std::vector<size_t>* complete);
   // The ensemble's outputs as they are in `flow`, host-readable unless the caller reads GPU
   // bytes; error status when an output is missing or cannot be copied.
   std::unique_ptr<core::InferResponse> BuildResponse(Context* ctx, size_t flow);

@@ -138,6 +138,11 @@ def eserver(tmp_path_factory, logs_dir):
     ensemble(repo, "ens_branching_2", [("IN", "-1")], [("O1", "1"), ("O2", "1")], [
         step("gen", {"X": "IN"}, {"Y": "O1"}),
         step("gen", {"X": "IN"}, {"Y": "O2"})])
+    # A decoupled ensemble cannot cache its responses, like any decoupled model.
+    ensemble(repo, "ens_cached", [("IN", "-1")], [("OUT", "1")], [
+        step("gen", {"X": "IN"}, {"Y": "OUT"})])
+    with open(repo / "ens_cached" / "config.pbtxt", "a") as f:
+        f.write("response_cache { enable: true }\n")
     srv = start_server(repo, ["--exit-on-error=false"], logs_dir)
     for m in ("pre", "gen", "post"):
         srv.wait_until(lambda m=m: srv.get(f"/v2/models/{m}/ready").status_code == 200, 90,
@@ -292,6 +297,9 @@ def test_decoupled_branching_is_refused_at_load(eserver):
                 "different decoupled models") in entry["reason"], entry
     assert "step 2 (model 'join') reads tensors that follow the responses of step 0" \
         in index["ens_branching"]["reason"]
+    assert index["ens_cached"]["state"] == "UNAVAILABLE"
+    assert "response_cache does not support decoupled models, and step 0 (model 'gen') is " \
+        "decoupled" in index["ens_cached"]["reason"], index["ens_cached"]
 
 
 def test_statistics_count_one_request_per_stream(eserver):
