@@ -692,5 +692,41 @@ TEST_F(DecoupledEnsembleTest, ShutdownWaitsForADecoupledStepStillStreaming) {
   EXPECT_TRUE(stream.got[1].second);
 }
 
+// A step beside the decoupled one ("tail", reading only d) runs once, in the request's own flow,
+// even though d reaches every flow forked before it; its output is in every response.
+TEST_F(DecoupledEnsembleTest, AStepBesideTheDecoupledOneRunsOnceAndItsOutputIsInEveryResponse) {
+  std::string text = kDecoupledEnsemble;
+  text.replace(text.find("  model_transaction_policy"), 0,
+               "  output { name: \"TAIL\" data_type: TYPE_FP32 dims: [ 4 ] }\n");
+  text.replace(text.rfind("  }\n"), 0,
+               "    step {\n      model_name: \"square\" model_version: -1\n"
+               "      input_map { key: \"X\" value: \"d\" }\n"
+               "      output_map { key: \"Z\" value: \"TAIL\" }\n    }\n");
+  Make(text);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  pump_.Run("add");
+  auto gen = TakeDecoupled("gen");
+  ASSERT_TRUE(gen->response_sender->Send(ZResponse({1, 1, 1, 1}), false).ok());
+  ASSERT_TRUE(gen->response_sender->Send(ZResponse({2, 2, 2, 2}), false).ok());
+  pump_.Run("sub");
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("join", "join", "square"));
+  pump_.Run("square");
+  RunJoin();
+  RunJoin();
+  ASSERT_TRUE(gen->response_sender->SendFinal().ok());
+  gen.reset();
+  EXPECT_THAT(pump_.Pending(), ElementsAre());
+  ASSERT_EQ(stream.got.size(), 3u);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(stream.got[k].first->status.ok()) << stream.got[k].first->status;
+    EXPECT_THAT(OutputFloats(*stream.got[k].first, "TAIL"), ElementsAre(81, 324, 729, 1296));
+    EXPECT_THAT(OutputFloats(*stream.got[k].first, "OUT"),
+                ElementsAre(k - 8, k - 17, k - 26, k - 35));
+  }
+  EXPECT_TRUE(stream.got[2].second);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+}
+
 }  // namespace
 }  // namespace inferd::scheduling
