@@ -13,6 +13,9 @@ struct TensorInfo {
   inference::DataType type = inference::TYPE_INVALID;
   std::optional<Shape> shape;
   std::string source;  // "ensemble input 'x'" or "step 1 (model 'm') output 'y'"
+  // The nearest decoupled step upstream (its index), whose every response carries a new value
+  // of this tensor; -1 when none.
+  int decoupled_from = -1;
 };
 
 template <typename T>
@@ -58,13 +61,25 @@ absl::Status ValidateEnsembleSteps(const config::ModelConfig& ensemble,
     const std::string where =
         inferd::StrCat("ensemble '", name, "' step ", s, " (model '", step.model_name, "')");
     const bool model_batching = model.max_batch_size() > 0;
-    if (model.model_transaction_policy().decoupled()) {
-      // Each step answers once here; a decoupled step's 0..N responses have nowhere to go.
-      return absl::InvalidArgumentError(inferd::StrCat(
-          where, ": model '", step.model_name,
-          "' is decoupled (model_transaction_policy { decoupled: true }); inferd does not run "
-          "decoupled models inside ensembles"));
+    // Decoupled branching (Triton's check, same words): each response of a decoupled step is
+    // its own flow (scheduling/ensemble_scheduler.h), so a step cannot join tensors that come
+    // from two different decoupled steps: nothing says which response goes with which.
+    int label = -1;
+    for (const auto& b : step.inputs) {
+      const int from = info[b.tensor].decoupled_from;
+      if (from < 0) continue;
+      if (label >= 0 && label != from) {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            "in ensemble ", name, ", step of model '", step.model_name,
+            "' receives inputs originated from different decoupled models (", where,
+            " reads tensors that follow the responses of step ", label, " (model '",
+            graph.steps[label].model_name, "') and of step ", from, " (model '",
+            graph.steps[from].model_name, "'))"));
+      }
+      label = from;
     }
+    const int outputs_from = model.model_transaction_policy().decoupled() ? static_cast<int>(s)
+                                                                          : label;
     // A batching ensemble may run a step that does not batch (Triton's rule) where the full
     // shapes agree, which the shape checks below see: its dims are the batched tensor's full
     // shape (e.g. [-1, 16] for the [16] of a batching step), so the tensor reaches it whole, as
@@ -126,8 +141,24 @@ absl::Status ValidateEnsembleSteps(const config::ModelConfig& ensemble,
       }
       info[b.tensor] = {out->data_type(), FullShape(*out, model_batching),
                         inferd::StrCat("step ", s, " (model '", step.model_name, "') output '",
-                                       b.model_tensor, "'")};
+                                       b.model_tensor, "'"),
+                        outputs_from};
     }
+  }
+  // The ensemble's responses join its outputs likewise (Triton names the ensemble as the step).
+  int outputs_label = -1;
+  for (int j = 0; j < ensemble.output_size(); ++j) {
+    const int from = info[graph.outputs[j]].decoupled_from;
+    if (from < 0) continue;
+    if (outputs_label >= 0 && outputs_label != from) {
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "in ensemble ", name, ", step of model '", name,
+          "' receives inputs originated from different decoupled models (the ensemble's output '",
+          ensemble.output(j).name(), "' follows the responses of step ", from, " (model '",
+          graph.steps[from].model_name, "'), another output those of step ", outputs_label,
+          " (model '", graph.steps[outputs_label].model_name, "'))"));
+    }
+    outputs_label = from;
   }
   for (int j = 0; j < ensemble.output_size(); ++j) {
     const auto& out = ensemble.output(j);

@@ -862,7 +862,22 @@ absl::Status ModelLifecycle::PrepareEnsemble(config::ModelConfig& config, LoadCo
     configs.push_back(&(*model)->config());
     models.push_back(*std::move(model));
   }
-  return ValidateEnsembleSteps(config, graph, configs);
+  RETURN_IF_ERROR(ValidateEnsembleSteps(config, graph, configs));
+  // As Triton: an ensemble with a decoupled step is decoupled (it answers 0..N times, through
+  // ModelStreamInfer and generate_stream; /infer and ModelInfer refuse it).
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (!configs[i]->model_transaction_policy().decoupled()) continue;
+    if (config.response_cache().enable()) {
+      // As for any decoupled model (config normalization refuses the pair; this ensemble only
+      // now turns out decoupled).
+      return absl::InvalidArgumentError(inferd::StrCat(
+          "ensemble '", config.name(), "': response_cache does not support decoupled models, and "
+          "step ", i, " (model '", graph.steps[i].model_name, "') is decoupled, which makes the "
+          "ensemble decoupled"));
+    }
+    config.mutable_model_transaction_policy()->set_decoupled(true);
+  }
+  return absl::OkStatus();
 }
 
 // ---- entry points ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "backends/backend.h"
 #include "backends/tensor_places.h"
 #include "common/strings.h"
+#include "core/response_sender.h"
 
 namespace inferd::scheduling {
 namespace {
@@ -173,21 +174,57 @@ struct EnsembleScheduler::Context {
   explicit Context(EnsembleScheduler* s) : scheduler(s) {}
   ~Context() { scheduler->ContextDone(); }
 
+  // The tensors one flow sees (the class comment). Flow 0 is the request's own; a response of
+  // a decoupled step forks a child of the flow its step ran in.
+  struct Flow {
+    std::vector<core::OutputTensor> values;  // per tensor
+    std::vector<size_t> waiting;             // per step: tensors still unwritten here
+    // Per step: it read a tensor written in this flow (not inherited from an ancestor), so it
+    // runs here; an inherited tensor alone would run a step a second time.
+    std::vector<bool> own;
+    size_t outputs_left = 0;   // ensemble outputs still unwritten here
+    bool outputs_own = false;  // one of them was written in this flow
+    bool answered = false;     // its response went out; its tensors are released
+    std::vector<size_t> children;
+  };
+
   EnsembleScheduler* const scheduler;
   std::shared_ptr<core::InferRequest> request;  // the client's request: ensemble inputs view it
   core::InferCallback on_complete;
+  // Decoupled (the request's ResponseSender): one response per complete flow, then the final
+  // flag. Null: one response, when every step finished.
+  std::shared_ptr<core::ResponseSender> sender;
   uint64_t start_ns = 0;
 
   inferd::Mutex mu;
-  std::vector<core::OutputTensor> values ABSL_GUARDED_BY(mu);  // per tensor
+  std::vector<Flow> flows ABSL_GUARDED_BY(mu);  // by index: children refer to their parents
   std::vector<bool> absent ABSL_GUARDED_BY(mu);  // optional ensemble input not sent
-  std::vector<size_t> waiting ABSL_GUARDED_BY(mu);  // per step: tensors still unwritten
-  size_t steps_left ABSL_GUARDED_BY(mu) = 0;
-  bool finished ABSL_GUARDED_BY(mu) = false;  // response delivered
+  size_t outstanding ABSL_GUARDED_BY(mu) = 0;   // step requests not yet finished (final flag)
+  bool finished ABSL_GUARDED_BY(mu) = false;  // the final response was delivered (or an error)
   // One token per dispatched step, cancelled with the client's (each scheduler holding a step
-  // installs its own listener, so steps cannot share the client's token).
+  // installs its own listener, so steps cannot share the client's token), and on an error.
   std::vector<std::shared_ptr<core::CancellationToken>> step_tokens ABSL_GUARDED_BY(mu);
   uint64_t deadline_ns = 0;  // DeadlineOf(*request)
+
+  // Writes `value` as tensor `t` of flow `f` and of every flow forked from it, collecting the
+  // steps that become ready there and the flows that now have every ensemble output.
+  void Write(size_t f, size_t t, const core::OutputTensor& value, bool direct,
+             std::vector<Job>* ready, std::vector<size_t>* complete)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const EnsembleGraph& graph = scheduler->graph_;
+    Flow& flow = flows[f];
+    if (flow.answered) return;  // its outputs are all out: nothing runs in it any more
+    flow.values[t] = value;
+    for (size_t c : graph.consumers[t]) {
+      if (direct) flow.own[c] = true;
+      if (--flow.waiting[c] == 0 && flow.own[c]) ready->push_back({f, c});
+    }
+    if (scheduler->is_output_[t]) {
+      if (direct) flow.outputs_own = true;
+      if (--flow.outputs_left == 0 && flow.outputs_own) complete->push_back(f);
+    }
+    for (size_t child : flow.children) Write(child, t, value, false, ready, complete);
+  }
 };
 
 EnsembleScheduler::EnsembleScheduler(const config::ModelConfig& config, int64_t version,
@@ -204,6 +241,8 @@ EnsembleScheduler::EnsembleScheduler(const config::ModelConfig& config, int64_t 
       gpus_(gpus) {
   output_names_.reserve(config.output_size());
   for (const auto& out : config.output()) output_names_.push_back(out.name());
+  is_output_.assign(graph_.tensors.size(), false);
+  for (size_t t : graph_.outputs) is_output_[t] = true;
 }
 
 EnsembleScheduler::~EnsembleScheduler() { Shutdown(); }
@@ -243,6 +282,7 @@ void EnsembleScheduler::Start(std::unique_ptr<core::InferRequest> request) {
   auto ctx = std::make_shared<Context>(this);
   ctx->start_ns = core::NowNs();
   ctx->on_complete = std::move(request->on_complete);
+  ctx->sender = request->response_sender;
   ctx->request = std::shared_ptr<core::InferRequest>(request.release());
   ctx->deadline_ns = DeadlineOf(*ctx->request);
   if (absl::Status gone = Expired(*ctx, ctx->start_ns); !gone.ok()) {
@@ -263,10 +303,13 @@ void EnsembleScheduler::Start(std::unique_ptr<core::InferRequest> request) {
       for (auto& t : steps) t->Cancel();
     });
   }
-  std::vector<size_t> ready;
+  std::vector<Job> ready;
   {
     inferd::MutexLock lock(&ctx->mu);
-    ctx->values.resize(graph_.tensors.size());
+    Context::Flow& root = ctx->flows.emplace_back();
+    root.values.resize(graph_.tensors.size());
+    root.own.assign(graph_.steps.size(), false);
+    root.outputs_left = graph_.outputs.size();
     ctx->absent.assign(graph_.tensors.size(), false);
     for (size_t t = 0; t < graph_.num_inputs; ++t) {
       const core::InputTensor* in = ctx->request->FindInput(graph_.tensors[t]);
@@ -274,25 +317,29 @@ void EnsembleScheduler::Start(std::unique_ptr<core::InferRequest> request) {
         ctx->absent[t] = true;
         continue;
       }
-      core::OutputTensor& v = ctx->values[t];
+      core::OutputTensor& v = root.values[t];
       v.datatype = in->datatype;
       v.shape = in->shape;
       v.data = in->data;
       v.place = in->place;
       v.holder = ctx->request;
     }
-    ctx->steps_left = graph_.steps.size();
-    ctx->waiting.resize(graph_.steps.size());
+    root.waiting.resize(graph_.steps.size());
     for (size_t s = 0; s < graph_.steps.size(); ++s) {
-      ctx->waiting[s] = graph_.steps[s].distinct_inputs;
-      if (ctx->waiting[s] == 0) ready.push_back(s);
+      root.waiting[s] = graph_.steps[s].distinct_inputs;
+      if (root.waiting[s] == 0) ready.push_back({0, s});
     }
+    ctx->outstanding = ready.size();
   }
   Dispatch(ctx, std::move(ready));
 }
 
-void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vector<size_t> steps) {
-  for (size_t s : steps) {
+void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vector<Job> jobs) {
+  // Steps get their own tokens when the client can cancel, and when the ensemble streams: an
+  // error in one flow then stops the decoupled steps still streaming into the others.
+  const bool tokens = ctx->request->cancel != nullptr || ctx->sender != nullptr;
+  for (const Job& job : jobs) {
+    const size_t s = job.step;
     const EnsembleGraph::Step& step = graph_.steps[s];
     auto req = std::make_unique<core::InferRequest>();
     req->model_name = step.model_name;
@@ -309,23 +356,29 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     req->parameters = ctx->request->parameters;  // as Triton: every step sees the request's
     req->deadline_ns = ctx->deadline_ns;
     req->times.received_ns = core::NowNs();
-    if (ctx->request->cancel) {
+    if (tokens) {
       req->cancel = std::make_shared<core::CancellationToken>();
+      bool cancelled;
       {
         inferd::MutexLock lock(&ctx->mu);
         ctx->step_tokens.push_back(req->cancel);
+        cancelled = ctx->finished;
       }
       // After it is listed: a cancellation from here on reaches it through the listener.
-      if (ctx->request->cancel->IsCancelled()) req->cancel->Cancel();
+      if (cancelled || (ctx->request->cancel && ctx->request->cancel->IsCancelled())) {
+        req->cancel->Cancel();
+      }
     }
     // The step's inputs view the tensors where they are (the client's request or an earlier
     // step's output); the payload keeps each owner alive.
     auto keep = std::make_shared<std::vector<std::shared_ptr<const void>>>();
     {
       inferd::MutexLock lock(&ctx->mu);
+      const Context::Flow& flow = ctx->flows[job.flow];
       for (const auto& b : step.inputs) {
-        if (ctx->absent[b.tensor]) continue;
-        const core::OutputTensor& v = ctx->values[b.tensor];
+        // (An answered flow runs nothing: every step of it ran before its outputs existed.)
+        if (ctx->absent[b.tensor] || flow.answered) continue;
+        const core::OutputTensor& v = flow.values[b.tensor];
         core::InputTensor& in = req->inputs.emplace_back();
         in.name = b.model_tensor;
         in.datatype = v.datatype;
@@ -340,81 +393,144 @@ void EnsembleScheduler::Dispatch(const std::shared_ptr<Context>& ctx, std::vecto
     req->payload = std::move(keep);
     for (const auto& b : step.outputs) req->outputs.push_back({b.model_tensor});
     req->gpu_outputs_ok = true;  // the next step, or Finish, decides where they go
-    req->on_complete = [this, ctx, s](std::unique_ptr<core::InferResponse> response) {
-      OnStepDone(ctx, s, std::move(response));
+    // Both callbacks: a step model that is not decoupled answers once through on_complete; a
+    // decoupled one gets a ResponseSender over on_response (core/response_sender.h), which
+    // replaces on_complete, so which one is called tells the two apart.
+    const size_t f = job.flow;
+    req->on_complete = [this, ctx, f, s](std::unique_ptr<core::InferResponse> response) {
+      OnStepResponse(ctx, f, s, std::move(response), /*final=*/true, /*forks=*/false);
+    };
+    req->on_response = [this, ctx, f, s](std::unique_ptr<core::InferResponse> response,
+                                         bool final) {
+      OnStepResponse(ctx, f, s, std::move(response), final, /*forks=*/true);
     };
     dispatch_(std::move(req));
   }
 }
 
-void EnsembleScheduler::OnStepDone(const std::shared_ptr<Context>& ctx, size_t s,
-                                   std::unique_ptr<core::InferResponse> response) {
+void EnsembleScheduler::OnStepResponse(const std::shared_ptr<Context>& ctx, size_t f, size_t s,
+                                       std::unique_ptr<core::InferResponse> response, bool final,
+                                       bool forks) {
   const EnsembleGraph::Step& step = graph_.steps[s];
-  std::vector<size_t> ready;
+  std::vector<Job> ready;
+  std::vector<size_t> complete;
   absl::Status error;
-  bool finish = false;
-  const uint64_t now = core::NowNs();
+  std::vector<std::shared_ptr<core::CancellationToken>> to_cancel;
   // The client gone or its deadline passed: answer that, and start no later step.
-  absl::Status gone = Expired(*ctx, now);
+  absl::Status gone = Expired(*ctx, core::NowNs());
   {
     inferd::MutexLock lock(&ctx->mu);
-    --ctx->steps_left;
-    if (ctx->finished) return;  // an earlier step failed; the response is gone
-    if (!gone.ok()) {
-      error = std::move(gone);
-    } else if (!response->status.ok()) {
-      // A composing model that is not loaded makes the ensemble unavailable, not unknown.
-      const absl::StatusCode code = response->status.code() == absl::StatusCode::kNotFound
-                                        ? absl::StatusCode::kUnavailable
-                                        : response->status.code();
-      error = absl::Status(code,
-                           inferd::StrCat("in ", StepName(name_, s, step.model_name), ": ",
-                                          response->status.message()));
-    } else {
-      for (const auto& b : step.outputs) {
-        auto out = std::find_if(response->outputs.begin(), response->outputs.end(),
-                                [&](const core::OutputTensor& o) { return o.name == b.model_tensor; });
-        if (out == response->outputs.end()) {
-          error = absl::InternalError(inferd::StrCat("in ", StepName(name_, s, step.model_name),
-                                                     ": the model returned no output '",
-                                                     b.model_tensor, "'"));
-          break;
+    if (!ctx->finished) {
+      if (!gone.ok()) {
+        error = std::move(gone);
+      } else if (response != nullptr && !response->status.ok()) {
+        // A composing model that is not loaded makes the ensemble unavailable, not unknown.
+        const absl::StatusCode code = response->status.code() == absl::StatusCode::kNotFound
+                                          ? absl::StatusCode::kUnavailable
+                                          : response->status.code();
+        error = absl::Status(code,
+                             inferd::StrCat("in ", StepName(name_, s, step.model_name), ": ",
+                                            response->status.message()));
+      } else if (response != nullptr) {
+        size_t target = f;
+        if (forks) {
+          // A response of a decoupled step: a new flow, a copy of the one its step ran in.
+          Context::Flow child;
+          child.values = ctx->flows[f].values;
+          child.waiting = ctx->flows[f].waiting;
+          child.own.assign(graph_.steps.size(), false);
+          child.outputs_left = ctx->flows[f].outputs_left;
+          target = ctx->flows.size();
+          ctx->flows.push_back(std::move(child));
+          ctx->flows[f].children.push_back(target);
         }
-        ctx->values[b.tensor] = std::move(*out);
-        for (size_t c : graph_.consumers[b.tensor]) {
-          if (--ctx->waiting[c] == 0) ready.push_back(c);
+        for (const auto& b : step.outputs) {
+          auto out = std::find_if(
+              response->outputs.begin(), response->outputs.end(),
+              [&](const core::OutputTensor& o) { return o.name == b.model_tensor; });
+          if (out == response->outputs.end()) {
+            error = absl::InternalError(inferd::StrCat("in ", StepName(name_, s, step.model_name),
+                                                       ": the model returned no output '",
+                                                       b.model_tensor, "'"));
+            break;
+          }
+          ctx->Write(target, b.tensor, *out, /*direct=*/true, &ready, &complete);
         }
       }
-    }
-    if (!error.ok()) {
-      ctx->finished = true;
-      ready.clear();
-    } else if (ctx->steps_left == 0) {
-      ctx->finished = true;
-      finish = true;
+      if (!error.ok()) {
+        ctx->finished = true;
+        ready.clear();
+        complete.clear();
+        to_cancel = ctx->step_tokens;
+      }
+      // The steps that became ready count from now, so the final flag waits for them.
+      ctx->outstanding += ready.size();
     }
   }
   response.reset();
   if (!error.ok()) {
     Fail(ctx.get(), std::move(error));
-    return;
+    for (auto& t : to_cancel) t->Cancel();  // the other steps' answers have nowhere to go
+  }
+  if (!complete.empty() && ctx->sender != nullptr) {
+    for (size_t flow : complete) {
+      auto answer = BuildResponse(ctx.get(), flow);
+      if (!answer->status.ok()) {
+        {
+          inferd::MutexLock lock(&ctx->mu);
+          if (ctx->finished) break;
+          ctx->finished = true;
+          to_cancel = ctx->step_tokens;
+        }
+        Fail(ctx.get(), answer->status);
+        for (auto& t : to_cancel) t->Cancel();
+        break;
+      }
+      (void)ctx->sender->Send(std::move(answer), /*final=*/false);
+    }
   }
   if (!ready.empty()) Dispatch(ctx, std::move(ready));
+  if (!final) return;
+  // Last: this step request's final flag ends the ensemble request only after the responses
+  // it produced went out (above).
+  bool finish = false;
+  {
+    inferd::MutexLock lock(&ctx->mu);
+    if (--ctx->outstanding == 0 && !ctx->finished) {
+      ctx->finished = true;
+      finish = true;
+    }
+  }
   if (finish) Finish(ctx.get());
 }
 
-void EnsembleScheduler::Finish(Context* ctx) {
+std::unique_ptr<core::InferResponse> EnsembleScheduler::BuildResponse(Context* ctx, size_t f) {
   auto response = std::make_unique<core::InferResponse>();
   response->model_name = name_;
   response->model_version = version_;
   response->id = ctx->request->id;
   {
     inferd::MutexLock lock(&ctx->mu);
+    Context::Flow& flow = ctx->flows[f];
+    if (flow.outputs_left != 0) {
+      // Only when a step is decoupled while the ensemble is not (the repository marks such
+      // an ensemble decoupled): its outputs went to flows this one answer cannot carry.
+      response->status = absl::InternalError(inferd::StrCat(
+          "ensemble '", name_, "': a step answered more than once (decoupled) and the ensemble's "
+          "outputs are not all in one flow; call it over a streaming endpoint"));
+      return response;
+    }
     for (size_t j = 0; j < graph_.outputs.size(); ++j) {
       if (!backends::IsOutputRequested(*ctx->request, output_names_[j])) continue;
-      core::OutputTensor out = ctx->values[graph_.outputs[j]];
+      core::OutputTensor out = flow.values[graph_.outputs[j]];
       out.name = output_names_[j];
       response->outputs.push_back(std::move(out));
+    }
+    // Nothing runs in a flow that has every output (each step of it ran before them): its
+    // tensors can go now rather than with the request.
+    if (ctx->sender != nullptr) {
+      flow.answered = true;
+      flow.values = {};
     }
   }
   // The edge: a consumer that reads host bytes gets them (backends/tensor_places.h); an output
@@ -424,11 +540,33 @@ void EnsembleScheduler::Finish(Context* ctx) {
           gpus_, response.get(), [&](const core::OutputTensor& o) {
             return backends::OutputMayStayOnGpu(*ctx->request, o.name, o.place.device_id);
           })) {
+    response->outputs.clear();
+    if (response->status.ok()) response->status = absl::InternalError("copying outputs failed");
+  }
+  return response;
+}
+
+void EnsembleScheduler::Finish(Context* ctx) {
+  const uint64_t end = core::NowNs();
+  const auto& times = ctx->request->times;
+  if (ctx->sender != nullptr) {
+    // Every flow already answered; the flag alone ends the stream (as Triton's ensemble, whose
+    // final flag may come with no response, e.g. a decoupled step that sent none).
+    stats_->RecordSuccess(end - times.received_ns, ctx->start_ns - times.queue_start_ns, 0, 0,
+                          0, ctx->request->batch_size);
+    (void)ctx->sender->SendFinal();
+    auto done = std::make_unique<core::InferResponse>();
+    done->model_name = name_;
+    done->model_version = version_;
+    done->id = ctx->request->id;
+    Deliver(ctx, std::move(done));  // the sender is closed: nothing more is written
+    return;
+  }
+  auto response = BuildResponse(ctx, 0);
+  if (!response->status.ok()) {
     Fail(ctx, response->status);
     return;
   }
-  const uint64_t end = core::NowNs();
-  const auto& times = ctx->request->times;
   stats_->RecordSuccess(end - times.received_ns, ctx->start_ns - times.queue_start_ns, 0, 0, 0,
                         ctx->request->batch_size);
   Deliver(ctx, std::move(response));

@@ -8,6 +8,17 @@
 // The graph is checked when the ensemble loads (BuildEnsembleGraph: producers, consumers,
 // cycles); the composing models' tensors and types are checked by the repository, which can
 // see them.
+//
+// Decoupled steps (as Triton): each response of a decoupled step starts its own *flow*, a copy
+// of the tensors its request saw plus the response's outputs, in which the downstream steps run
+// again; a tensor written later upstream (a step not downstream of that decoupled step) reaches
+// every flow forked below it. A step runs in a flow only when it reads a tensor written in that
+// flow, so steps upstream of the decoupled step run once. An ensemble with a decoupled step is
+// itself decoupled (the repository marks it): each flow that has all of the ensemble's outputs
+// is one response through the request's ResponseSender, and the final flag follows once every
+// step request of every flow has finished. The repository refuses graphs where a step (or the
+// ensemble's outputs) would join tensors from different decoupled steps ("decoupled
+// branching"), so a flow never needs tensors of two sibling flows.
 #pragma once
 
 #include <deque>
@@ -84,9 +95,20 @@ class EnsembleScheduler : public Scheduler {
   struct Context;
   friend struct Context;
   void Start(std::unique_ptr<core::InferRequest> request);
-  void Dispatch(const std::shared_ptr<Context>& ctx, std::vector<size_t> steps);
-  void OnStepDone(const std::shared_ptr<Context>& ctx, size_t step,
-                  std::unique_ptr<core::InferResponse> response);
+  struct Job {
+    size_t flow;
+    size_t step;
+  };
+  void Dispatch(const std::shared_ptr<Context>& ctx, std::vector<Job> jobs);
+  // One response of step `step` run in flow `flow`: `forks` for a response of a decoupled step
+  // (through the step request's sender; `response` null for the final flag alone), false for
+  // the one answer of a step that is not decoupled (`final` then true).
+  void OnStepResponse(const std::shared_ptr<Context>& ctx, size_t flow, size_t step,
+                      std::unique_ptr<core::InferResponse> response, bool final, bool forks);
+  // The ensemble's outputs as they are in `flow`, host-readable unless the caller reads GPU
+  // bytes; error status when an output is missing or cannot be copied.
+  std::unique_ptr<core::InferResponse> BuildResponse(Context* ctx, size_t flow);
+  // Every step request has finished: the one response (or, decoupled, the final flag).
   void Finish(Context* ctx);
   // CANCELLED when the client went, DEADLINE_EXCEEDED (with the time waited) past its deadline.
   absl::Status Expired(const Context& ctx, uint64_t now) const;
@@ -98,6 +120,7 @@ class EnsembleScheduler : public Scheduler {
   const int64_t version_;
   const EnsembleGraph graph_;
   std::vector<std::string> output_names_;  // the ensemble's outputs, config order
+  std::vector<bool> is_output_;            // per tensor: an ensemble output
   const StepDispatcher dispatch_;
   const size_t max_inflight_;  // 0: no limit
   const size_t max_queue_size_;

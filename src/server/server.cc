@@ -257,8 +257,11 @@ void Server::InferOn(const repository::Model& model, std::unique_ptr<core::Infer
   if (model.config().model_transaction_policy().decoupled()) {
     const backends::Backend* backend =
         backends_ != nullptr ? backends_->Find(model.config().backend()) : nullptr;
-    absl::Status st = core::PrepareDecoupledRequest(
-        request.get(), backend != nullptr && backend->SupportsDecoupled());
+    // An ensemble with a decoupled step is decoupled (the repository marks it); its scheduler
+    // streams each flow's response and the final flag through the sender itself.
+    const bool streams = model.config().platform() == "ensemble" ||
+                         (backend != nullptr && backend->SupportsDecoupled());
+    absl::Status st = core::PrepareDecoupledRequest(request.get(), streams);
     if (!st.ok()) {
       core::CompleteWithError(std::move(request), std::move(st));
       return;

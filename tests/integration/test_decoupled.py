@@ -404,11 +404,18 @@ def test_statistics_count_requests_not_responses(dserver):
     assert success() - before == 3
 
 
-def test_ensemble_with_decoupled_step_is_refused_at_load(dserver):
-    index = dserver.post("/v2/repository/index", json={}).json()
-    entry = next(e for e in index if e["name"] == "ens_repeat")
-    assert entry["state"] == "UNAVAILABLE"
-    assert "model 'repeat_int32' is decoupled" in entry["reason"], entry
+def test_ensemble_with_decoupled_step_streams_each_response(dserver):
+    # As Triton: an ensemble whose step is decoupled is decoupled; each response of the step
+    # is one response of the ensemble (tests/integration/test_ensemble_decoupled.py has more).
+    dserver.wait_until(lambda: dserver.get("/v2/models/ens_repeat/ready").status_code == 200, 60,
+                       "ens_repeat to be ready")
+    with requests.post(dserver.url + "/v2/models/ens_repeat/generate_stream",
+                       json={"IN": [7, 8, 9], "DELAY": [0, 0, 0], "WAIT": 0, "id": "e"},
+                       stream=True, timeout=30) as r:
+        assert r.status_code == 200, r.text
+        events = [e for _, e in sse_events(r)]
+    assert [e["OUT"] for e in events] == [7, 8, 9]
+    assert all(e["model_name"] == "ens_repeat" and "IDX" not in e for e in events), events
 
 
 def test_repeat_config_checks(server_factory, tmp_path):

@@ -5,10 +5,12 @@
 // is deterministic.
 #include "scheduling/ensemble_scheduler.h"
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <thread>
 
+#include "core/response_sender.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -480,6 +482,264 @@ TEST_F(EnsembleSchedulerTest, DeadlineGoesToTheStepsAndEndsTheEnsemble) {
   }
   pump_.FailAll();
   EXPECT_EQ(stats_.Snapshot().fail_by_reason[static_cast<int>(metrics::FailureReason::kTimeout)], 1u);
+}
+
+// ---- decoupled steps: one flow per response ----------------------------------------------------
+
+// s = A + B ("add"); "gen" (decoupled) answers any number of times, each response g a flow;
+// d = A - B ("sub", independent of gen, may finish after gen's responses); OUT = g + d ("join").
+constexpr char kDecoupledEnsemble[] = R"pb(
+  name: "ens"
+  platform: "ensemble"
+  input { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }
+  input { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+  output { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }
+  model_transaction_policy { decoupled: true }
+  ensemble_scheduling {
+    step {
+      model_name: "add" model_version: -1
+      input_map { key: "X" value: "A" }
+      input_map { key: "Y" value: "B" }
+      output_map { key: "Z" value: "s" }
+    }
+    step {
+      model_name: "gen" model_version: -1
+      input_map { key: "X" value: "s" }
+      output_map { key: "Z" value: "g" }
+    }
+    step {
+      model_name: "sub" model_version: -1
+      input_map { key: "X" value: "A" }
+      input_map { key: "Y" value: "B" }
+      output_map { key: "Z" value: "d" }
+    }
+    step {
+      model_name: "join" model_version: -1
+      input_map { key: "X" value: "g" }
+      input_map { key: "Y" value: "d" }
+      output_map { key: "Z" value: "OUT" }
+    }
+  }
+)pb";
+
+std::unique_ptr<core::InferResponse> ZResponse(const std::vector<float>& z) {
+  auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(z.data()),
+                                             z.size() * sizeof(float));
+  auto resp = std::make_unique<core::InferResponse>();
+  core::OutputTensor out;
+  out.name = "Z";
+  out.datatype = DataType::kFp32;
+  out.shape = {static_cast<int64_t>(z.size())};
+  out.data = *bytes;
+  out.holder = bytes;
+  resp->outputs.push_back(std::move(out));
+  return resp;
+}
+
+// What the client of a decoupled ensemble sees: every (response, final) its sender sent.
+struct Stream {
+  std::vector<std::pair<std::unique_ptr<core::InferResponse>, bool>> got;
+  int completions = 0;
+};
+
+std::unique_ptr<core::InferRequest> MakeStreamRequest(Stream* stream) {
+  Result unused;
+  auto req = MakeRequest(&unused, {1, 2, 3, 4}, {10, 20, 30, 40});
+  req->on_complete = nullptr;
+  req->on_response = [stream](std::unique_ptr<core::InferResponse> r, bool final) {
+    stream->got.emplace_back(std::move(r), final);
+  };
+  // As the server does for a decoupled model whose scheduler streams (server::Server::InferOn).
+  EXPECT_TRUE(core::PrepareDecoupledRequest(req.get(), /*backend_streams=*/true).ok());
+  return req;
+}
+
+class DecoupledEnsembleTest : public EnsembleSchedulerTest {
+ protected:
+  // The server's part for a decoupled step: its sender over the step's on_response.
+  std::unique_ptr<core::InferRequest> TakeDecoupled(const std::string& model) {
+    auto r = pump_.Take(model);
+    EXPECT_TRUE(core::PrepareDecoupledRequest(r.get(), /*backend_streams=*/true).ok());
+    return r;
+  }
+  // Runs the pending "join": OUT = X + Y.
+  void RunJoin() {
+    auto r = pump_.Take("join");
+    auto x = Pump::Floats(*r->FindInput("X"));
+    auto y = Pump::Floats(*r->FindInput("Y"));
+    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+    auto cb = std::move(r->on_complete);
+    r.reset();
+    cb(ZResponse(x));
+  }
+  static std::vector<float> Times(std::vector<float> v, float k) {
+    for (float& x : v) x *= k;
+    return v;
+  }
+};
+
+// Each response of the decoupled step runs the downstream step once, with the tensor of the
+// independent branch that finished after it; upstream steps run once; the final flag follows
+// the last flow.
+TEST_F(DecoupledEnsembleTest, EachResponseIsAFlowJoinedWithTheSharedBranch) {
+  Make(kDecoupledEnsemble);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("add", "sub"));
+  pump_.Run("add");
+  auto gen = TakeDecoupled("gen");
+  const std::vector<float> s = Pump::Floats(*gen->FindInput("X"));
+  EXPECT_THAT(s, ElementsAre(11, 22, 33, 44));
+  auto sender = gen->response_sender;
+  ASSERT_TRUE(sender->Send(ZResponse(Times(s, 1)), false).ok());
+  ASSERT_TRUE(sender->Send(ZResponse(Times(s, 2)), false).ok());
+  // "join" also needs d, which "sub" has not written yet.
+  EXPECT_THAT(pump_.Pending(), ElementsAre("sub"));
+  pump_.Run("sub");
+  // d reaches both flows: one join each, none in the request's own flow.
+  EXPECT_THAT(pump_.Pending(), ElementsAre("join", "join"));
+  RunJoin();
+  RunJoin();
+  ASSERT_EQ(stream.got.size(), 2u);
+  // A response after d exists: its flow runs join at once.
+  ASSERT_TRUE(sender->Send(ZResponse(Times(s, 3)), false).ok());
+  EXPECT_THAT(pump_.Pending(), ElementsAre("join"));
+  RunJoin();
+  ASSERT_EQ(stream.got.size(), 3u);
+  const std::vector<float> d = {-9, -18, -27, -36};
+  for (int k = 1; k <= 3; ++k) {
+    const auto& [r, final] = stream.got[k - 1];
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->status.ok()) << r->status;
+    EXPECT_FALSE(final);
+    EXPECT_EQ(r->model_name, "ens");
+    EXPECT_EQ(r->id, "req-1");
+    std::vector<float> want = Times(s, static_cast<float>(k));
+    for (size_t i = 0; i < want.size(); ++i) want[i] += d[i];
+    EXPECT_EQ(OutputFloats(*r, "OUT"), want) << "response " << k;
+  }
+  EXPECT_EQ(scheduler_->InFlight(), 1u);
+  ASSERT_TRUE(sender->SendFinal().ok());
+  gen.reset();
+  ASSERT_EQ(stream.got.size(), 4u);
+  EXPECT_EQ(stream.got[3].first, nullptr);
+  EXPECT_TRUE(stream.got[3].second);
+  EXPECT_THAT(pump_.Pending(), ElementsAre());
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+  EXPECT_EQ(stats_.Snapshot().success.count, 1u);  // one request, whatever its responses
+}
+
+// A decoupled step that sends only the final flag: no response, and the flag waits for the
+// steps still running.
+TEST_F(DecoupledEnsembleTest, ZeroResponsesSendOnlyTheFinalFlagOnceEveryStepIsDone) {
+  Make(kDecoupledEnsemble);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  pump_.Run("add");
+  auto gen = TakeDecoupled("gen");
+  ASSERT_TRUE(gen->response_sender->SendFinal().ok());
+  gen.reset();
+  EXPECT_TRUE(stream.got.empty());
+  pump_.Run("sub");
+  EXPECT_THAT(pump_.Pending(), ElementsAre());
+  ASSERT_EQ(stream.got.size(), 1u);
+  EXPECT_EQ(stream.got[0].first, nullptr);
+  EXPECT_TRUE(stream.got[0].second);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+}
+
+// An error in one flow ends the request with it (final); the decoupled step still streaming is
+// cancelled, later responses and steps go nowhere, and the context is freed once all are done.
+TEST_F(DecoupledEnsembleTest, AnErrorInOneFlowEndsTheRequestAndCancelsTheRest) {
+  Make(kDecoupledEnsemble);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  pump_.Run("add");
+  pump_.Run("sub");
+  auto gen = TakeDecoupled("gen");
+  auto sender = gen->response_sender;
+  ASSERT_TRUE(sender->Send(ZResponse({1, 1, 1, 1}), false).ok());
+  ASSERT_TRUE(sender->Send(ZResponse({2, 2, 2, 2}), false).ok());
+  EXPECT_THAT(pump_.Pending(), ElementsAre("join", "join"));
+  ASSERT_NE(gen->cancel, nullptr);
+  EXPECT_FALSE(gen->cancel->IsCancelled());
+  pump_.Fail("join", absl::InvalidArgumentError("bad value"));
+  ASSERT_EQ(stream.got.size(), 1u);
+  ASSERT_NE(stream.got[0].first, nullptr);
+  EXPECT_TRUE(stream.got[0].second);
+  EXPECT_EQ(stream.got[0].first->status.message(),
+            "in ensemble 'ens' step 3 (model 'join'): bad value");
+  EXPECT_TRUE(gen->cancel->IsCancelled());
+  RunJoin();  // the other flow's answer has nowhere to go
+  ASSERT_TRUE(sender->Send(ZResponse({3, 3, 3, 3}), false).ok());
+  EXPECT_THAT(pump_.Pending(), ElementsAre());  // no new flow after the error
+  EXPECT_EQ(scheduler_->InFlight(), 1u);  // gen still holds the request
+  ASSERT_TRUE(sender->SendFinal().ok());
+  gen.reset();
+  EXPECT_EQ(stream.got.size(), 1u);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
+  EXPECT_EQ(stats_.Snapshot().fail.count, 1u);
+}
+
+// Shutdown (unload) waits for a decoupled step that is still streaming.
+TEST_F(DecoupledEnsembleTest, ShutdownWaitsForADecoupledStepStillStreaming) {
+  Make(kDecoupledEnsemble);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  pump_.Run("add");
+  pump_.Run("sub");
+  auto gen = TakeDecoupled("gen");
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    scheduler_->Shutdown();
+    done = true;
+  });
+  ASSERT_TRUE(gen->response_sender->Send(ZResponse({5, 5, 5, 5}), false).ok());
+  RunJoin();
+  EXPECT_FALSE(done.load());
+  ASSERT_TRUE(gen->response_sender->SendFinal().ok());
+  gen.reset();
+  stopper.join();
+  EXPECT_TRUE(done.load());
+  ASSERT_EQ(stream.got.size(), 2u);
+  EXPECT_THAT(OutputFloats(*stream.got[0].first, "OUT"), ElementsAre(-4, -13, -22, -31));
+  EXPECT_TRUE(stream.got[1].second);
+}
+
+// A step beside the decoupled one ("tail", reading only d) runs once, in the request's own flow,
+// even though d reaches every flow forked before it; its output is in every response.
+TEST_F(DecoupledEnsembleTest, AStepBesideTheDecoupledOneRunsOnceAndItsOutputIsInEveryResponse) {
+  std::string text = kDecoupledEnsemble;
+  text.replace(text.find("  model_transaction_policy"), 0,
+               "  output { name: \"TAIL\" data_type: TYPE_FP32 dims: [ 4 ] }\n");
+  text.replace(text.rfind("  }\n"), 0,
+               "    step {\n      model_name: \"square\" model_version: -1\n"
+               "      input_map { key: \"X\" value: \"d\" }\n"
+               "      output_map { key: \"Z\" value: \"TAIL\" }\n    }\n");
+  Make(text);
+  Stream stream;
+  scheduler_->Enqueue(MakeStreamRequest(&stream));
+  pump_.Run("add");
+  auto gen = TakeDecoupled("gen");
+  ASSERT_TRUE(gen->response_sender->Send(ZResponse({1, 1, 1, 1}), false).ok());
+  ASSERT_TRUE(gen->response_sender->Send(ZResponse({2, 2, 2, 2}), false).ok());
+  pump_.Run("sub");
+  EXPECT_THAT(pump_.Pending(), UnorderedElementsAre("join", "join", "square"));
+  pump_.Run("square");
+  RunJoin();
+  RunJoin();
+  ASSERT_TRUE(gen->response_sender->SendFinal().ok());
+  gen.reset();
+  EXPECT_THAT(pump_.Pending(), ElementsAre());
+  ASSERT_EQ(stream.got.size(), 3u);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(stream.got[k].first->status.ok()) << stream.got[k].first->status;
+    EXPECT_THAT(OutputFloats(*stream.got[k].first, "TAIL"), ElementsAre(81, 324, 729, 1296));
+    EXPECT_THAT(OutputFloats(*stream.got[k].first, "OUT"),
+                ElementsAre(k - 8, k - 17, k - 26, k - 35));
+  }
+  EXPECT_TRUE(stream.got[2].second);
+  EXPECT_EQ(scheduler_->InFlight(), 0u);
 }
 
 }  // namespace
