@@ -886,3 +886,103 @@ output [ { name: "OUTS" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "EMPTY" da
     # No element: no response but the final flag.
     out = run(0, np.array([], dtype=np.int32))
     assert out["OUTS"].tolist() == [] and out["EMPTY"].tolist() == [1]
+
+
+IDENTITY_CONFIG = """name: "{name}"
+backend: "python"
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+{extra}
+"""
+
+
+def test_model_py_imports_its_neighbours_relatively_and_absolutely(tmp_path, server_factory):
+    # Triton imports model.py as "<version>.model", a module of a package named after the
+    # version folder: `from . import helper` works beside `import helper` (Triton's multi_file).
+    d = write_model(tmp_path, "multi", IDENTITY_CONFIG.format(name="multi", extra=""), '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import helper_abs
+from . import helper_rel
+from .helper_rel import OFFSET
+
+class TritonPythonModel:
+    def initialize(self, args):
+        assert helper_abs.NAME == "abs" and helper_rel.NAME == "rel", "imports"
+        self.package = __name__
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + OFFSET)]) for r in requests]
+''')
+    (d / "1" / "helper_abs.py").write_text('NAME = "abs"\n')
+    (d / "1" / "helper_rel.py").write_text('NAME = "rel"\nOFFSET = 40\n')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "multi"), 30, "ready\n" + srv.log())
+    out = ok(infer(srv, "multi", [make_input("IN", np.array([2], dtype=np.int32), "INT32")]))
+    assert out["OUT"].tolist() == [42]
+
+
+def test_processes_outlive_the_thread_that_loaded_them(tmp_path, server_factory):
+    # Each process's initialize() runs once, and at shutdown every instance's finalize() runs:
+    # the processes must not die with the (short-lived) loading thread that started them, as
+    # PR_SET_PDEATHSIG, which follows the forking thread, made them do.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    for name in ("life_a", "life_b"):
+        write_model(tmp_path / "repo", name, IDENTITY_CONFIG.format(
+            name=name, extra="instance_group [ { count: 2 kind: KIND_CPU } ]"), f'''
+import os, time
+import triton_python_backend_utils as pb_utils
+MARKS = {str(marks)!r}
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_instance_name"]
+        open(os.path.join(MARKS, "init-" + self.name + "-" + str(os.getpid())), "w").close()
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    def finalize(self):
+        open(os.path.join(MARKS, "fini-" + self.name + "-" + str(os.getpid())), "w").close()
+''')
+    srv = server_factory(tmp_path / "repo")
+    srv.wait_until(lambda: model_ready(srv, "life_a") and model_ready(srv, "life_b"), 60, "ready")
+    for name in ("life_a", "life_b"):
+        for _ in range(4):
+            ok(infer(srv, name, [make_input("IN", np.array([1], dtype=np.int32), "INT32")]))
+    # Give a wrongly tied process time to die with its thread, as the loader's threads end.
+    time.sleep(2)
+    assert srv.stop() == 0
+    inits = sorted(p.name for p in marks.glob("init-*"))
+    finis = sorted(p.name for p in marks.glob("fini-*"))
+    assert len(inits) == 4, (inits, srv.log())
+    assert [f.replace("fini-", "init-") for f in finis] == inits, (inits, finis, srv.log())
+    assert "restarting it" not in srv.log()
+
+
+def test_processes_exit_when_inferd_is_killed(tmp_path, server_factory):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    write_model(tmp_path / "repo", "orphan", IDENTITY_CONFIG.format(name="orphan", extra=""), f'''
+import os
+class TritonPythonModel:
+    def initialize(self, args):
+        open(os.path.join({str(marks)!r}, str(os.getpid())), "w").close()
+    def execute(self, requests):
+        return []
+''')
+    srv = server_factory(tmp_path / "repo")
+    srv.wait_until(lambda: model_ready(srv, "orphan"), 30, "ready")
+    (pid,) = [int(p.name) for p in marks.iterdir()]
+    srv.proc.kill()
+    srv.proc.wait()
+
+    def gone():
+        try:
+            return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except OSError:
+            return True
+    deadline = time.monotonic() + 20
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(), f"the Python process {pid} outlived inferd"

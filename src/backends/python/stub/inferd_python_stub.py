@@ -18,12 +18,14 @@ import inspect
 import json
 import mmap
 import os
+import select
 import socket
 import struct
 import sys
 import threading
 import time
 import traceback
+import types
 
 import numpy as np
 
@@ -401,10 +403,21 @@ class Stub:
         path = msg["model_path"]
         pb._model_dir = msg.get("model_dir", "")
         version_dir = os.path.dirname(path)
-        if version_dir not in sys.path:
-            sys.path.append(version_dir)
-        spec = importlib.util.spec_from_file_location("model", path)
+        for d in (version_dir, os.path.dirname(version_dir)):
+            if d not in sys.path:
+                sys.path.append(d)
+        # As Triton's stub, the file is imported as a module of a package named after the
+        # version folder ("1.model"), so that model.py can import its neighbours relatively
+        # (`from . import helper`) as well as absolutely (`import helper`).
+        package = os.path.basename(version_dir)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        pkg = types.ModuleType(package)
+        pkg.__path__ = [version_dir]
+        pkg.__package__ = package
+        sys.modules[package] = pkg
+        spec = importlib.util.spec_from_file_location(f"{package}.{stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
         sys.modules["model"] = module
         spec.loader.exec_module(module)
         if not hasattr(module, "TritonPythonModel"):
@@ -651,17 +664,34 @@ class Stub:
                 self._run(result)
 
 
-def _die_with_parent():
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except Exception:
-        pass
+def _exit_with_parent():
+    """Ends this process when inferd is gone (killed, crashed), as Triton's stub watches its
+    parent. Not PR_SET_PDEATHSIG: that follows the *thread* that started the process, and
+    inferd starts processes from loader threads that end long before the model does (which
+    killed every process, and restarted it, whenever such a thread ended)."""
+    parent = os.getppid()
+
+    def watch():
+        try:
+            fd = os.pidfd_open(parent)
+        except (AttributeError, OSError):
+            fd = -1
+        if fd >= 0 and os.getppid() == parent:
+            # The pidfd turns readable when the process exits: no polling.
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll():
+                pass
+        else:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="inferd-parent-watch", daemon=True).start()
 
 
 def main():
-    _die_with_parent()
+    _exit_with_parent()
     sock = socket.socket(fileno=int(os.environ["INFERD_PYTHON_FD"]))
     shm = SharedRegion(int(os.environ["INFERD_PYTHON_SHM_FD"]),
                        int(os.environ.get("INFERD_PYTHON_SHM_GROWTH", "1048576")))
