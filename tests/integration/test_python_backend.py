@@ -986,3 +986,53 @@ class TritonPythonModel:
     while not gone() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert gone(), f"the Python process {pid} outlived inferd"
+
+
+def test_bls_outside_execute_and_finalize_errors(tmp_path, server_factory):
+    # Triton's stub refuses BLS in initialize() and finalize() with this message (its QA greps
+    # the server log for it), and logs an exception from finalize().
+    bls_call = '''
+        pb_utils.InferenceRequest(model_name="target", requested_output_names=["OUT"],
+            inputs=[pb_utils.Tensor("IN", np.array([1], dtype=np.int32))]).exec()
+'''
+    body = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pass{init}
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    def finalize(self):
+        pass{fini}
+'''
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""),
+                body.format(init="", fini=""))
+    write_model(tmp_path, "bls_in_init", IDENTITY_CONFIG.format(name="bls_in_init", extra=""),
+                body.format(init=bls_call, fini=""))
+    write_model(tmp_path, "bls_in_fini", IDENTITY_CONFIG.format(name="bls_in_fini", extra=""),
+                body.format(init="", fini=bls_call))
+    write_model(tmp_path, "fini_raises", IDENTITY_CONFIG.format(name="fini_raises", extra=""),
+                body.format(init="", fini="\n        undefined_variable\n"))
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=target",
+                                    "--load-model=bls_in_fini", "--load-model=fini_raises"])
+    srv.wait_until(lambda: model_ready(srv, "bls_in_fini") and model_ready(srv, "fini_raises"),
+                   30, "ready")
+    r = srv.post("/v2/repository/models/bls_in_init/load", json={})
+    assert r.status_code == 400, r.text
+    assert "BLS is only supported during the 'execute' function." in r.json()["error"], r.text
+    for name in ("bls_in_fini", "fini_raises"):
+        t0 = time.monotonic()
+        assert srv.post(f"/v2/repository/models/{name}/unload", json={}).status_code == 200
+        srv.wait_until(lambda: not model_ready(srv, name), 30, f"{name} unloaded")
+    srv.wait_until(lambda: "name 'undefined_variable' is not defined" in srv.log(), 30,
+                   "the finalize() error in the log")
+    log = srv.log()
+    assert "model 'bls_in_fini' instance 'bls_in_fini_0': finalize() failed: " \
+           "BLS is only supported during the 'execute' function." in log, log
+    assert "model 'fini_raises' instance 'fini_raises_0': finalize() failed: NameError: " \
+           "name 'undefined_variable' is not defined" in log, log
+    # The process ended by itself after finalize(): nothing killed it, the unload did not wait.
+    assert "unloaded 'fini_raises' version 1 in 5." not in log, log

@@ -1258,7 +1258,15 @@ class PythonInstance : public ModelInstance {
         exited = proc->exited;
       }
       if (!exited && proc->stub->Send(R"({"op":"finalize"})").ok()) {
-        (void)proc->stub->Receive(core::NowNs() + kFinalizeTimeoutNs);
+        // The log lines finalize() wrote (its error, as Triton logs it) come before the answer.
+        const uint64_t deadline = core::NowNs() + kFinalizeTimeoutNs;
+        for (;;) {
+          auto reply = proc->stub->Receive(deadline);
+          if (!reply.ok()) break;
+          auto doc = ParseMessage(*reply, label_);
+          if (!doc.ok() || GetString(*doc, "op") != "log") break;
+          HandleLog(*doc);
+        }
       }
       inferd::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&proc->exited), absl::Seconds(5));

@@ -447,6 +447,7 @@ class Stub:
             result = fn(dict(args))
             if inspect.iscoroutine(result):
                 self._run(result)
+        pb._bls_allowed = True
         return {"op": "ok"}
 
     def _run(self, coro):
@@ -657,11 +658,21 @@ class Stub:
         return b"".join(parts)
 
     def finalize(self):
+        """Runs the model's finalize(); an exception is logged (as Triton logs it), never
+        raised: the process ends either way."""
+        pb._bls_allowed = False
         fn = getattr(self.model, "finalize", None) if self.model is not None else None
-        if fn is not None:
+        if fn is None:
+            return
+        try:
             result = fn()
             if inspect.iscoroutine(result):
                 self._run(result)
+        except Exception as e:
+            tb = traceback.extract_tb(e.__traceback__)
+            where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+            self.channel.log(pb.LogLevel.ERROR,
+                             f"finalize() failed: {_error_message(e)}{where}")
 
 
 def _exit_with_parent():

@@ -823,6 +823,7 @@ class InferenceRequest:
     def exec(self, decoupled=False):
         """Runs the request in inferd; decoupled=True: an iterator over the model's responses
         (the last one may be empty: the final flag alone)."""
+        _check_bls_allowed()
         if decoupled:
             return _channel.bls_stream(self)
         return _channel.bls_exec(self)
@@ -830,9 +831,20 @@ class InferenceRequest:
     def async_exec(self, decoupled=False):
         """An awaitable of exec()'s result; decoupled=True: of a response iterator (also
         usable with `async for`)."""
+        _check_bls_allowed()
         if decoupled:
             return _channel.bls_stream_submit(self)
         return _channel.bls_submit(self)
+
+
+# Whether BLS requests may be sent: from the end of initialize() to the start of finalize(),
+# as in Triton, whose stub refuses them in either with the message below.
+_bls_allowed = False
+
+
+def _check_bls_allowed():
+    if not _bls_allowed:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
 
 
 # ------------------------------------------------------------------------------------------------
