@@ -417,8 +417,10 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
            "counter");
   for (const auto& r : rows) {
     for (int i = 0; i < metrics::kNumFailureReasons; ++i) {
+      // Triton (prometheus-cpp) writes labels in name order: model, reason, version. Clients
+      // match the line as a whole (Triton's own QA does), so "reason" goes before "version".
       metrics::Labels l = r.labels;
-      l.emplace_back("reason", metrics::kFailureReasonNames[i]);
+      l.insert(l.end() - 1, {"reason", metrics::kFailureReasonNames[i]});
       w.Sample("nv_inference_request_failure", l, double(r.s.fail_by_reason[i]));
     }
   }
