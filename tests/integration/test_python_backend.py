@@ -1036,3 +1036,50 @@ class TritonPythonModel:
            "name 'undefined_variable' is not defined" in log, log
     # The process ended by itself after finalize(): nothing killed it, the unload did not wait.
     assert "unloaded 'fini_raises' version 1 in 5." not in log, log
+
+
+def test_bls_from_a_forked_process_is_refused_not_hung(tmp_path, server_factory):
+    # Triton's bls QA model sends BLS requests from a multiprocessing Pool. inferd's channel to
+    # the process is strictly in turns: a forked child writing to it hung the instance (and
+    # the server's shutdown). The child now gets an exception; the parent goes on.
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''')
+    write_model(tmp_path, "forker", """name: "forker"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", '''
+import multiprocessing
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def bls(x):
+    r = pb_utils.InferenceRequest(model_name="target", requested_output_names=["OUT"],
+        inputs=[pb_utils.Tensor("IN", np.array([x], dtype=np.int32))]).exec()
+    return int(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0])
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            try:
+                with multiprocessing.get_context("fork").Pool(2) as pool:
+                    text = str(pool.map(bls, [1, 2, 3]))
+            except Exception as e:
+                text = type(e).__name__ + ": " + str(e)
+            text += " | parent: " + str(bls(7))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([text.encode()], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "forker") and model_ready(srv, "target"), 30, "ready")
+    r = infer(srv, "forker", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
+    text = ok(r)["OUT"][0].decode()
+    assert "not available in a process the model forked" in text, text
+    assert text.endswith(" | parent: 7"), text

@@ -175,6 +175,32 @@ _U64 = struct.Struct("<Q")
 _RING = (1).to_bytes(8, "little")
 
 
+class _ChannelLock:
+    """The channel's lock (re-entrant). It refuses a process the model forked (a
+    multiprocessing Pool): the channel is this process's own, strictly in turns, and a child
+    writing to it too would break an exchange of its parent and hang both, where Triton's stub
+    lets forked children send BLS requests. The refusal is an exception the model sees."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+
+    def forked(self):
+        return os.getpid() != self._pid
+
+    def __enter__(self):
+        if self.forked():
+            raise pb.TritonModelException(
+                "BLS and other calls to inferd (is_model_ready, is_cancelled, a response "
+                "sender) are not available in a process the model forked (multiprocessing): "
+                "inferd's Python backend serves only the process it started; make the calls "
+                "from that process (threads or asyncio)")
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
 class Channel:
     """Messages to and from inferd (python_stub_process.h): each in a shared-memory slot
     announced by an eventfd doorbell, strictly in turns; log lines, which need no answer, on
@@ -189,7 +215,7 @@ class Channel:
         self._out = _Mapped(int(env["INFERD_PYTHON_SLOT_OUT"]))
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
-        self.lock = threading.RLock()
+        self.lock = _ChannelLock()
 
     def send(self, obj):
         self.send_raw(json.dumps(obj, separators=(",", ":")).encode())
@@ -230,6 +256,11 @@ class Channel:
 
     # -- calls a model makes -------------------------------------------------------------------
     def log(self, level, message):
+        if self.lock.forked():
+            # A child the model forked has no channel: its log lines go to its stderr, which
+            # is the process's (inferd's log).
+            print(message, file=sys.stderr, flush=True)
+            return
         with self.lock:
             self.send_unanswered({"op": "log", "level": level, "message": message})
 
