@@ -19,6 +19,7 @@
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
 #include "core/response_sender.h"
+#include "metrics/custom_metrics.h"
 
 namespace inferd::backends {
 
@@ -40,6 +41,9 @@ struct ModelSpec {
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
   // Whether a model (version -1: any) is ready, for pb_utils.is_model_ready; may be null.
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
+  // Where a model's own metrics go (the Python backend's pb_utils.MetricFamily), shown on
+  // GET /metrics; null where the server keeps none.
+  metrics::CustomMetrics* custom_metrics = nullptr;
 };
 
 // Where one instance runs. Triton's instance name is "<group name>_<n>" (n counts the

@@ -25,6 +25,8 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   if (registry != nullptr) {
     registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
   }
+  // Models' own metrics (Triton's custom metrics), after the server's.
+  custom_metrics_ = std::make_unique<metrics::CustomMetrics>(registry);
   repository::LifecycleOptions lo;
   lo.repositories = options_.repositories;
   lo.auto_complete = options_.auto_complete;
@@ -49,6 +51,7 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.load.is_model_ready = [this](const std::string& name, int64_t version) {
     return IsModelReady(name, version);
   };
+  lo.load.custom_metrics = custom_metrics_.get();
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
   resolver_ = std::make_unique<ModelResolver<repository::ModelLifecycle>>(
       lifecycle_.get(), options_.control_mode == ControlMode::kOnDemand);

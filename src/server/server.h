@@ -20,6 +20,7 @@
 #include "common/worker_pool.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
+#include "metrics/custom_metrics.h"
 #include "metrics/model_stats.h"
 #include "metrics/prometheus.h"
 #include "repository/model_lifecycle.h"
@@ -197,6 +198,8 @@ class Server {
   // Whether a model's backend streams decoupled responses (Backend::SupportsDecoupled).
   const backends::BackendRegistry* backends_ = nullptr;
   SharedMemoryManager shared_memory_;
+  // Before lifecycle_: the models' instances hold it until they are gone.
+  std::unique_ptr<metrics::CustomMetrics> custom_metrics_;
   std::unique_ptr<ResponseCache> response_cache_;
   std::unique_ptr<TraceManager> trace_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;

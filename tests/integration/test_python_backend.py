@@ -1083,3 +1083,82 @@ class TritonPythonModel:
     text = ok(r)["OUT"][0].decode()
     assert "not available in a process the model forked" in text, text
     assert text.endswith(" | parent: 7"), text
+
+
+def test_custom_metrics_on_the_metrics_endpoint(tmp_path, server_factory):
+    # pb_utils.MetricFamily / Metric (Triton's custom metrics) show on GET /metrics as Triton
+    # shows them, shared between the instances of a model, and go when the model unloads.
+    write_model(tmp_path, "metered", IDENTITY_CONFIG.format(
+        name="metered", extra="instance_group [ { count: 2 kind: KIND_CPU } ]"), '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def refused(fn):
+    try:
+        fn()
+    except pb_utils.TritonModelException as e:
+        return str(e)
+    return "accepted"
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.requests = pb_utils.MetricFamily(
+            name="metered_requests", description="requests seen", kind=pb_utils.MetricFamily.COUNTER)
+        self.level = pb_utils.MetricFamily(
+            name="metered_level", description="last input", kind=pb_utils.MetricFamily.GAUGE)
+        self.sizes = pb_utils.MetricFamily(
+            name="metered_sizes", description="input values", kind=pb_utils.MetricFamily.HISTOGRAM)
+        # Labels in any order: written in name order, as prometheus-cpp writes them.
+        self.count = self.requests.Metric(labels={"zone": "z1", "app": "demo"})
+        self.gauge = self.level.Metric(labels={"app": "demo"})
+        self.hist = self.sizes.Metric(labels={"app": "demo"}, buckets=[1.0, 2.5, 10.0])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            self.count.increment(1)
+            self.gauge.set(x)
+            self.hist.observe(x)
+            errors = [
+                refused(lambda: self.count.increment(-1)),
+                refused(lambda: self.count.set(3)),
+                refused(lambda: self.gauge.observe(1)),
+                refused(lambda: self.hist.value()),
+                refused(lambda: self.sizes.Metric(labels={}, buckets=[2.0, 1.0])),
+                refused(lambda: self.sizes.Metric(labels={})),
+                refused(lambda: pb_utils.MetricFamily(name="metered_requests", description="x",
+                                                      kind=pb_utils.MetricFamily.GAUGE)),
+            ]
+            ok = all(e != "accepted" for e in errors)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(
+                [int(self.count.value()) if ok else -1], dtype=np.int32))]))
+        return out
+''')
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=metered"])
+    srv.wait_until(lambda: model_ready(srv, "metered"), 30, "ready")
+    for x in (1, 2, 7):
+        out = ok(infer(srv, "metered", [make_input("IN", np.array([x], dtype=np.int32), "INT32")]))
+        assert out["OUT"][0] > 0, "a refused operation was accepted"
+    import requests as http
+    text = http.get(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text
+    for line in [
+        "# HELP metered_requests requests seen",
+        "# TYPE metered_requests counter",
+        # Two instances, one series: each process's objects reach the same one.
+        'metered_requests{app="demo",zone="z1"} 3',
+        "# TYPE metered_level gauge",
+        'metered_level{app="demo"} 7',
+        "# TYPE metered_sizes histogram",
+        'metered_sizes_count{app="demo"} 3',
+        'metered_sizes_sum{app="demo"} 10',
+        'metered_sizes_bucket{app="demo",le="1"} 1',
+        'metered_sizes_bucket{app="demo",le="2.5"} 2',
+        'metered_sizes_bucket{app="demo",le="10"} 3',
+        'metered_sizes_bucket{app="demo",le="+Inf"} 3',
+    ]:
+        assert line + "\n" in text, (line, [l for l in text.splitlines() if "metered" in l])
+    assert srv.post("/v2/repository/models/metered/unload", json={}).status_code == 200
+    srv.wait_until(lambda: "metered_" not in http.get(
+        f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text, 30,
+        "the model's metrics to go with it")

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -490,6 +492,17 @@ class PythonInstance : public ModelInstance {
     std::unique_ptr<StubProcess> stub;
     bool exited = false;      // guarded by the instance's mu_
     std::string exit_cause;   // guarded by the instance's mu_
+    // The custom-metric handles this process holds (its pb_utils.MetricFamily and Metric
+    // objects), released when the process is gone: its objects went with it. Only the thread
+    // talking to the process at the time (load, execute, finalize: never two at once) touches
+    // them.
+    metrics::CustomMetrics* custom_metrics = nullptr;
+    std::set<uint64_t> metric_families, metric_series;
+    ~Proc() {
+      if (custom_metrics == nullptr) return;
+      for (uint64_t id : metric_series) custom_metrics->ReleaseMetric(id);
+      for (uint64_t id : metric_families) custom_metrics->ReleaseFamily(id);
+    }
   };
 
   std::shared_ptr<Proc> CurrentProcess() {
@@ -517,11 +530,12 @@ class PythonInstance : public ModelInstance {
     if (!stub.ok()) return stub.status();
     auto proc = std::make_shared<Proc>();
     proc->stub = *std::move(stub);
+    proc->custom_metrics = spec_.custom_metrics;
     {
       inferd::MutexLock lock(&mu_);
       launching_pid_ = proc->stub->pid();
     }
-    absl::Status st = Initialize(proc->stub.get());
+    absl::Status st = Initialize(proc.get());
     {
       inferd::MutexLock lock(&mu_);
       launching_pid_ = -1;
@@ -533,7 +547,8 @@ class PythonInstance : public ModelInstance {
     return proc;
   }
 
-  absl::Status Initialize(StubProcess* stub) {
+  absl::Status Initialize(Proc* proc) {
+    StubProcess* stub = proc->stub.get();
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();
@@ -575,10 +590,91 @@ class PythonInstance : public ModelInstance {
         HandleLog(*doc);
         continue;
       }
+      if (op.starts_with("metric_")) {
+        RETURN_IF_ERROR(HandleMetricCall(proc, *doc, op));
+        continue;
+      }
       if (op == "ok") return absl::OkStatus();
       return absl::InvalidArgumentError(inferd::StrCat(
           label_, ": initialize() failed: ", GetString(*doc, "message")));
     }
+  }
+
+  // A custom-metric call of the model (pb_utils.MetricFamily / Metric): metric_family,
+  // metric_new, metric_update and metric_value are answered ({"op":"metric"} with "id" or
+  // "value", or {"op":"metric_error","message"}); metric_release (an object the model
+  // deleted) comes on the socket and is not. A process reaches only the handles it made.
+  // A non-OK result: the process could not be answered.
+  absl::Status HandleMetricCall(Proc* proc, const rapidjson::Value& doc, std::string_view op) {
+    metrics::CustomMetrics* m = proc->custom_metrics;
+    auto number = [&](const char* key) -> double {
+      return doc.HasMember(key) && doc[key].IsNumber() ? doc[key].GetDouble() : 0.0;
+    };
+    const auto id = static_cast<uint64_t>(std::max<int64_t>(GetInt(doc, "id", 0), 0));
+    if (op == "metric_release") {
+      if (m == nullptr) return absl::OkStatus();
+      if (proc->metric_series.erase(id) > 0) m->ReleaseMetric(id);
+      if (proc->metric_families.erase(id) > 0) m->ReleaseFamily(id);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<double> result = 0.0;
+    if (m == nullptr) {
+      result = absl::UnimplementedError("custom metrics are not available in this server");
+    } else if (op == "metric_family") {
+      auto family = m->NewFamily(GetString(doc, "name"), GetString(doc, "description"),
+                                 static_cast<int>(GetInt(doc, "kind", -1)));
+      if (family.ok()) proc->metric_families.insert(*family);
+      result = family.ok() ? absl::StatusOr<double>(static_cast<double>(*family)) : family.status();
+    } else if (op == "metric_new") {
+      metrics::Labels labels;
+      if (doc.HasMember("labels") && doc["labels"].IsObject()) {
+        for (const auto& kv : doc["labels"].GetObject()) {
+          labels.emplace_back(kv.name.GetString(),
+                              kv.value.IsString() ? kv.value.GetString() : "");
+        }
+      }
+      std::optional<std::vector<double>> buckets;
+      if (doc.HasMember("buckets") && doc["buckets"].IsArray()) {
+        buckets.emplace();
+        for (const auto& b : doc["buckets"].GetArray()) {
+          buckets->push_back(b.IsNumber() ? b.GetDouble() : std::nan(""));
+        }
+      }
+      absl::StatusOr<uint64_t> metric = absl::NotFoundError("no metric family with that handle");
+      if (proc->metric_families.count(id) > 0) metric = m->NewMetric(id, std::move(labels), std::move(buckets));
+      if (metric.ok()) proc->metric_series.insert(*metric);
+      result = metric.ok() ? absl::StatusOr<double>(static_cast<double>(*metric)) : metric.status();
+    } else if (proc->metric_series.count(id) == 0) {
+      result = absl::NotFoundError("no metric with that handle");
+    } else if (op == "metric_value") {
+      result = m->Value(id);
+    } else if (op == "metric_update") {
+      const std::string_view what = GetString(doc, "what");
+      const double v = number("value");
+      absl::Status st = what == "increment" ? m->Increment(id, v)
+                        : what == "set"     ? m->Set(id, v)
+                        : what == "observe" ? m->Observe(id, v)
+                                            : absl::InvalidArgumentError("unknown metric update");
+      result = st.ok() ? absl::StatusOr<double>(0.0) : st;
+    } else {
+      return absl::InternalError(inferd::StrCat("unexpected message '", op, "'"));
+    }
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    if (result.ok()) {
+      Str(w, "metric");
+      Key(w, op == "metric_value" ? "value" : "id");
+      w.Double(*result);
+    } else {
+      Str(w, "metric_error");
+      Key(w, "message");
+      const absl::string_view message = result.status().message();
+      Str(w, std::string_view(message.data(), message.size()));
+    }
+    w.EndObject();
+    return proc->stub->Send({buf.GetString(), buf.GetSize()});
   }
 
   void HandleLog(const rapidjson::Value& doc) {
@@ -818,7 +914,7 @@ class PythonInstance : public ModelInstance {
                                  ", message: ", GetString(doc, "message"))));
         return absl::OkStatus();
       }
-      RETURN_IF_ERROR(AnswerModelCall(stub, doc, op, requests, deadline, &calls));
+      RETURN_IF_ERROR(AnswerModelCall(proc, doc, op, requests, deadline, &calls));
     }
   }
 
@@ -1023,11 +1119,14 @@ class PythonInstance : public ModelInstance {
   // Answers a call the model makes into the server while execute() runs: a log line, a
   // readiness or cancellation check, a BLS call, a decoupled response. A non-OK result means
   // the process broke the protocol or went away.
-  absl::Status AnswerModelCall(StubProcess* stub, const rapidjson::Document& doc,
+  absl::Status AnswerModelCall(Proc* proc, const rapidjson::Document& doc,
                                std::string_view op, std::span<core::InferRequest* const> requests,
                                uint64_t deadline, ModelCalls* calls) {
+    StubProcess* stub = proc->stub.get();
     if (op == "log") {
       HandleLog(doc);
+    } else if (op.starts_with("metric_")) {
+      RETURN_IF_ERROR(HandleMetricCall(proc, doc, op));
     } else if (op == "is_model_ready") {
       bool ready = false;
       if (spec_.is_model_ready) {
@@ -1264,8 +1363,15 @@ class PythonInstance : public ModelInstance {
           auto reply = proc->stub->Receive(deadline);
           if (!reply.ok()) break;
           auto doc = ParseMessage(*reply, label_);
-          if (!doc.ok() || GetString(*doc, "op") != "log") break;
-          HandleLog(*doc);
+          if (!doc.ok()) break;
+          const std::string_view op = GetString(*doc, "op");
+          if (op == "log") {
+            HandleLog(*doc);
+          } else if (op.starts_with("metric_")) {
+            if (!HandleMetricCall(proc.get(), *doc, op).ok()) break;
+          } else {
+            break;
+          }
         }
       }
       inferd::MutexLock lock(&mu_);

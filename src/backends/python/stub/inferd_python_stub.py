@@ -269,6 +269,24 @@ class Channel:
             self.send({"op": "is_model_ready", "name": name, "version": version})
             return bool(self.recv().get("ready"))
 
+    def metric_call(self, msg):
+        """A custom-metric call (pb_utils.MetricFamily / Metric): the handle made or the value
+        read; inferd's refusal as a TritonModelException."""
+        with self.lock:
+            self.send(msg)
+            reply = self.recv()
+        if reply.get("op") != "metric":
+            raise pb.TritonModelException(reply.get("message", "custom metric call failed"))
+        return reply.get("value", reply.get("id"))
+
+    def metric_release(self, handle):
+        """A MetricFamily or Metric the model deleted: unanswered (it may come from a
+        destructor at any time, even while the process ends)."""
+        if self.lock.forked():
+            return
+        with self.lock:
+            self.send_unanswered({"op": "metric_release", "id": handle})
+
     def send_response(self, index, response, final):
         with self.lock:
             msg = {"op": "send", "request": index, "final": final}

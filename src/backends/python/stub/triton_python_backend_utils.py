@@ -886,34 +886,123 @@ class Logger:
         Logger.log(message, LogLevel.VERBOSE)
 
 
-# Custom metrics are accepted and recorded locally (inferd does not export them yet).
+# Custom metrics (Triton's pb_utils.MetricFamily / Metric): kept by inferd and shown on its
+# GET /metrics. Same name, same family (the first description stays; another kind is refused);
+# same family and labels, same series. Each object is a handle, released when it is deleted.
+
+
+class _FamilyState:
+    """What a family's Metric objects share with it: whether the family was deleted."""
+    __slots__ = ("handle", "kind", "name", "deleted")
+
+
 class MetricFamily:
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
     def __init__(self, name, description, kind):
-        self.name, self.description, self.kind = name, description, kind
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(
+                f"MetricFamily '{name}': kind must be MetricFamily.COUNTER, GAUGE or "
+                f"HISTOGRAM, got {kind!r}")
+        if _channel is None:
+            raise TritonModelException("custom metrics are available only inside inferd")
+        self._state = _FamilyState()
+        self._state.kind, self._state.name, self._state.deleted = kind, str(name), False
+        self._state.handle = None
+        self._state.handle = int(_channel.metric_call({
+            "op": "metric_family", "name": str(name), "description": str(description),
+            "kind": int(kind)}))
 
     def Metric(self, labels=None, buckets=None):
-        return Metric()
+        """A series of this family with `labels` (a dict of str to str); a histogram needs
+        `buckets`, its upper bounds in increasing order."""
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TritonModelException("Metric: labels must be a dict of str to str")
+        if self._state.kind == MetricFamily.HISTOGRAM:
+            if buckets is None:
+                raise TritonModelException(
+                    f"Metric of histogram family '{self._state.name}': buckets are required")
+            buckets = [float(b) for b in buckets]
+        elif buckets is not None:
+            raise TritonModelException(
+                f"Metric of family '{self._state.name}': only a histogram takes buckets")
+        return Metric._make(self._state, labels, buckets)
+
+    def __del__(self):
+        state = getattr(self, "_state", None)
+        if state is None or state.handle is None:
+            return
+        state.deleted = True
+        try:
+            if _channel is not None:
+                _channel.metric_release(state.handle)
+        except Exception:
+            pass
 
 
 class Metric:
-    def __init__(self):
-        self._value = 0.0
+    """One series of a MetricFamily; made by MetricFamily.Metric(labels, buckets)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TritonModelException("Metric objects are made with MetricFamily.Metric()")
+
+    @classmethod
+    def _make(cls, family_state, labels, buckets):
+        m = object.__new__(cls)
+        m._family = family_state
+        m._handle = None
+        msg = {"op": "metric_new", "id": family_state.handle, "labels": labels}
+        if buckets is not None:
+            msg["buckets"] = buckets
+        m._handle = int(_channel.metric_call(msg))
+        return m
+
+    def _check(self, operation, kinds):
+        if self._family.deleted:
+            raise TritonModelException(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted.")
+        if self._family.kind not in kinds:
+            kind = {0: "counter", 1: "gauge", 2: "histogram"}[self._family.kind]
+            raise TritonModelException(
+                f"{operation}() is not supported on metric '{self._family.name}', a {kind}")
 
     def increment(self, value):
-        self._value += value
+        self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        if self._family.kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException(
+                f"metric '{self._family.name}' is a counter: it cannot be incremented by a "
+                f"negative value ({value})")
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "increment",
+                              "value": float(value)})
 
     def set(self, value):
-        self._value = value
+        self._check("set", (MetricFamily.GAUGE,))
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "set",
+                              "value": float(value)})
 
     def observe(self, value):
-        self._value = value
+        self._check("observe", (MetricFamily.HISTOGRAM,))
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "observe",
+                              "value": float(value)})
 
     def value(self):
-        return self._value
+        self._check("value", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        return float(_channel.metric_call({"op": "metric_value", "id": self._handle}))
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            return
+        try:
+            if _channel is not None:
+                _channel.metric_release(handle)
+        except Exception:
+            pass
 
 
 # ------------------------------------------------------------------------------------------------
