@@ -44,6 +44,13 @@ struct ModelSpec {
   // Where a model's own metrics go (the Python backend's pb_utils.MetricFamily), shown on
   // GET /metrics; null where the server keeps none.
   metrics::CustomMetrics* custom_metrics = nullptr;
+  // Loads (or reloads, with a config and files as the repository API's load takes them) and
+  // unloads a model, synchronously on the caller's thread, for pb_utils.load_model /
+  // unload_model; null where the server offers none. The server's control-mode rules apply.
+  std::function<absl::Status(const std::string& name, const std::optional<std::string>& config,
+                             const std::map<std::string, std::string>& files)>
+      load_model;
+  std::function<absl::Status(const std::string& name, bool unload_dependents)> unload_model;
 };
 
 // Where one instance runs. Triton's instance name is "<group name>_<n>" (n counts the

@@ -52,6 +52,17 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
     return IsModelReady(name, version);
   };
   lo.load.custom_metrics = custom_metrics_.get();
+  // pb_utils.load_model / unload_model: on the caller's thread (a model's initialize() or
+  // execute()), not the loader pool, which may be running that very model's load.
+  lo.load.load_model = [this](const std::string& name, const std::optional<std::string>& config,
+                              const std::map<std::string, std::string>& files) {
+    RETURN_IF_ERROR(CheckLoadRequest(name, config, files));
+    return LoadModelNow(name, config, files);
+  };
+  lo.load.unload_model = [this](const std::string& name, bool unload_dependents) {
+    RETURN_IF_ERROR(CheckRepositoryControl(name));
+    return lifecycle_->Unload(name, unload_dependents);
+  };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
   resolver_ = std::make_unique<ModelResolver<repository::ModelLifecycle>>(
       lifecycle_.get(), options_.control_mode == ControlMode::kOnDemand);
@@ -542,40 +553,44 @@ absl::Status Server::CheckRepositoryControl(std::string_view name) const {
   return absl::OkStatus();
 }
 
+absl::Status Server::CheckLoadRequest(std::string_view name,
+                                      const std::optional<std::string>& config_json,
+                                      const std::map<std::string, std::string>& files) const {
+  RETURN_IF_ERROR(CheckRepositoryControl(name));
+  if (!files.empty() && !config_json) {
+    return absl::InvalidArgumentError(StrCat(
+        "failed to load '", name, "': parameter 'file:", files.begin()->first,
+        "' needs the 'config' parameter too (the configuration of the model folder the files "
+        "form)"));
+  }
+  for (const auto& [path, content] : files) {
+    RETURN_IF_ERROR(repository::ValidateOverrideFilePath(path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::LoadModelNow(const std::string& name,
+                                  const std::optional<std::string>& config_json,
+                                  const std::map<std::string, std::string>& files) {
+  std::optional<config::ModelConfig> override_config;
+  if (config_json) {
+    auto cfg = config::ParseModelConfigJson(*config_json);
+    if (!cfg.ok()) return cfg.status();
+    override_config = *std::move(cfg);
+  }
+  return lifecycle_->Load(name, override_config, files);
+}
+
 void Server::LoadModel(std::string name, std::optional<std::string> config_json,
                        std::function<void(absl::Status)> done,
                        std::map<std::string, std::string> files) {
-  if (auto st = CheckRepositoryControl(name); !st.ok()) {
+  if (auto st = CheckLoadRequest(name, config_json, files); !st.ok()) {
     done(st);
     return;
   }
-  if (!files.empty() && !config_json) {
-    done(absl::InvalidArgumentError(StrCat(
-        "failed to load '", name, "': parameter 'file:", files.begin()->first,
-        "' needs the 'config' parameter too (the configuration of the model folder the files "
-        "form)")));
-    return;
-  }
-  for (const auto& [path, content] : files) {
-    if (auto st = repository::ValidateOverrideFilePath(path); !st.ok()) {
-      done(st);
-      return;
-    }
-  }
   auto task = [this, name = std::move(name), config_json = std::move(config_json),
                files = std::make_shared<std::map<std::string, std::string>>(std::move(files)),
-               done]() {
-    std::optional<config::ModelConfig> override_config;
-    if (config_json) {
-      auto cfg = config::ParseModelConfigJson(*config_json);
-      if (!cfg.ok()) {
-        done(cfg.status());
-        return;
-      }
-      override_config = *std::move(cfg);
-    }
-    done(lifecycle_->Load(name, override_config, *files));
-  };
+               done]() { done(LoadModelNow(name, config_json, *files)); };
   if (!loader_->Submit(task)) {
     done(absl::UnavailableError("too many model loads queued; retry later"));
   }

@@ -183,6 +183,12 @@ class Server {
   // Whether a load or unload of `name` may go ahead: a valid name, and a control mode that
   // allows the repository API to load and unload.
   absl::Status CheckRepositoryControl(std::string_view name) const;
+  // A load's name, files and their need of a config (LoadModel's checks before it queues).
+  absl::Status CheckLoadRequest(std::string_view name, const std::optional<std::string>& config_json,
+                                const std::map<std::string, std::string>& files) const;
+  // The load itself, on the caller's thread.
+  absl::Status LoadModelNow(const std::string& name, const std::optional<std::string>& config_json,
+                            const std::map<std::string, std::string>& files);
   void PollLoop();
   // Runs `request` on its resolved model: decoupled set-up, shared memory, validation,
   // tracing, classification, the response cache, then the model's scheduler.

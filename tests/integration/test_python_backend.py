@@ -1162,3 +1162,74 @@ class TritonPythonModel:
     srv.wait_until(lambda: "metered_" not in http.get(
         f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text, 30,
         "the model's metrics to go with it")
+
+
+def test_load_and_unload_models_from_model_py(tmp_path, server_factory):
+    # pb_utils.load_model / unload_model (Triton's bls_model_loading): the server's explicit
+    # load and unload, from initialize() and from execute(), with a config override.
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''', version=1)
+    (tmp_path / "target" / "2").mkdir()
+    (tmp_path / "target" / "2" / "model.py").write_text((tmp_path / "target" / "1" / "model.py").read_text())
+    write_model(tmp_path, "loader", """name: "loader"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except pb_utils.TritonModelException as e:
+        return "error: " + str(e)
+
+class TritonPythonModel:
+    def initialize(self, args):
+        assert not pb_utils.is_model_ready("target"), "target ready before its load"
+        pb_utils.load_model(model_name="target")
+        assert pb_utils.is_model_ready("target", "2"), "target not ready after its load"
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            step = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            if step == 1:
+                got = [attempt(lambda: pb_utils.unload_model("target"))]
+                got.append(str(pb_utils.is_model_ready("target")))
+            elif step == 2:
+                config = json.dumps({"backend": "python",
+                                     "version_policy": {"specific": {"versions": [1]}}})
+                got = [attempt(lambda: pb_utils.load_model("target", config=config))]
+                got += [str(pb_utils.is_model_ready("target", v)) for v in ("1", "2")]
+            else:
+                got = [attempt(lambda: pb_utils.load_model("no_such_model")),
+                       attempt(lambda: pb_utils.unload_model("loader")),
+                       attempt(lambda: pb_utils.load_model("target", files={"file:1/model.py": b"x"}))]
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([g.encode() for g in got], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=loader"])
+    srv.wait_until(lambda: model_ready(srv, "loader"), 60, "ready\n" + srv.log())
+    assert model_ready(srv, "target")
+
+    def step(n):
+        r = infer(srv, "loader", [make_input("IN", np.array([n], dtype=np.int32), "INT32")])
+        return [v.decode() for v in ok(r)["OUT"]]
+    assert step(1) == ["ok", "False"]
+    assert not model_ready(srv, "target")
+    assert step(2) == ["ok", "True", "False"]
+    errors = step(3)
+    assert errors[0].startswith("error: ") and "no_such_model" in errors[0], errors
+    assert errors[1] == "error: model 'loader' cannot unload itself", errors
+    assert errors[2].startswith("error: ") and "config" in errors[2], errors
+    assert model_ready(srv, "loader")

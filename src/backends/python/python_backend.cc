@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "backends/batch_io.h"
 #include "backends/module_backend.h"
@@ -586,17 +587,18 @@ class PythonInstance : public ModelInstance {
       auto doc = ParseMessage(*reply, label_);
       if (!doc.ok()) return doc.status();
       const std::string_view op = GetString(*doc, "op");
-      if (op == "log") {
-        HandleLog(*doc);
-        continue;
-      }
-      if (op.starts_with("metric_")) {
-        RETURN_IF_ERROR(HandleMetricCall(proc, *doc, op));
-        continue;
-      }
       if (op == "ok") return absl::OkStatus();
-      return absl::InvalidArgumentError(inferd::StrCat(
-          label_, ": initialize() failed: ", GetString(*doc, "message")));
+      if (op == "error") {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            label_, ": initialize() failed: ", GetString(*doc, "message")));
+      }
+      // initialize() calls into the server as execute() does (log lines, is_model_ready,
+      // load_model, metrics); it has no requests, and BLS is refused in the process.
+      ModelCalls calls;
+      if (absl::Status st = AnswerModelCall(proc, *doc, op, {}, 0, &calls); !st.ok()) {
+        return absl::InternalError(inferd::StrCat(label_, ": initialize() failed: ",
+                                                  st.message()));
+      }
     }
   }
 
@@ -675,6 +677,60 @@ class PythonInstance : public ModelInstance {
     }
     w.EndObject();
     return proc->stub->Send({buf.GetString(), buf.GetSize()});
+  }
+
+  // pb_utils.load_model(name, config, files) / unload_model(name, unload_dependents): the
+  // server's load and unload on this thread; answered {"op":"ok"} or {"op":"error",
+  // "message"}. `files` come base64-encoded ("file:<path>" keys, as the repository API's).
+  absl::Status HandleModelControl(StubProcess* stub, const rapidjson::Value& doc,
+                                  std::string_view op) {
+    const std::string name(GetString(doc, "name"));
+    absl::Status st;
+    if (name == config_.name()) {
+      // Its own load waits for this very call (an unload, for the request in flight).
+      st = absl::InvalidArgumentError(inferd::StrCat(
+          "model '", name, "' cannot ", op == "load_model" ? "load" : "unload", " itself"));
+    } else if (op == "load_model") {
+      std::optional<std::string> config;
+      if (const std::string_view c = GetString(doc, "config"); !c.empty()) config.emplace(c);
+      std::map<std::string, std::string> files;
+      if (doc.HasMember("files") && doc["files"].IsObject()) {
+        for (const auto& kv : doc["files"].GetObject()) {
+          const std::string_view key(kv.name.GetString(), kv.name.GetStringLength());
+          std::string content;
+          if (!key.starts_with("file:") || !kv.value.IsString() ||
+              !absl::Base64Unescape(
+                  absl::string_view(kv.value.GetString(), kv.value.GetStringLength()), &content)) {
+            st = absl::InvalidArgumentError(inferd::StrCat(
+                "load_model('", name, "'): files takes 'file:<path>' keys with bytes, got '",
+                key, "'"));
+            break;
+          }
+          files[std::string(key.substr(5))] = std::move(content);
+        }
+      }
+      if (st.ok()) {
+        st = spec_.load_model ? spec_.load_model(name, config, files)
+                              : absl::UnimplementedError("this server loads no model for model.py");
+      }
+    } else {
+      const bool dependents = doc.HasMember("unload_dependents") &&
+                              doc["unload_dependents"].IsBool() &&
+                              doc["unload_dependents"].GetBool();
+      st = spec_.unload_model ? spec_.unload_model(name, dependents)
+                              : absl::UnimplementedError("this server unloads no model for model.py");
+    }
+    if (st.ok()) return stub->Send(R"({"op":"ok"})");
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "error");
+    Key(w, "message");
+    const absl::string_view message = st.message();
+    Str(w, std::string_view(message.data(), message.size()));
+    w.EndObject();
+    return stub->Send({buf.GetString(), buf.GetSize()});
   }
 
   void HandleLog(const rapidjson::Value& doc) {
@@ -1127,6 +1183,8 @@ class PythonInstance : public ModelInstance {
       HandleLog(doc);
     } else if (op.starts_with("metric_")) {
       RETURN_IF_ERROR(HandleMetricCall(proc, doc, op));
+    } else if (op == "load_model" || op == "unload_model") {
+      RETURN_IF_ERROR(HandleModelControl(stub, doc, op));
     } else if (op == "is_model_ready") {
       bool ready = false;
       if (spec_.is_model_ready) {
@@ -1365,13 +1423,9 @@ class PythonInstance : public ModelInstance {
           auto doc = ParseMessage(*reply, label_);
           if (!doc.ok()) break;
           const std::string_view op = GetString(*doc, "op");
-          if (op == "log") {
-            HandleLog(*doc);
-          } else if (op.starts_with("metric_")) {
-            if (!HandleMetricCall(proc.get(), *doc, op).ok()) break;
-          } else {
-            break;
-          }
+          if (op == "ok" || op == "error") break;
+          ModelCalls calls;
+          if (!AnswerModelCall(proc.get(), *doc, op, {}, 0, &calls).ok()) break;
         }
       }
       inferd::MutexLock lock(&mu_);

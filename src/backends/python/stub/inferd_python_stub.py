@@ -269,6 +269,14 @@ class Channel:
             self.send({"op": "is_model_ready", "name": name, "version": version})
             return bool(self.recv().get("ready"))
 
+    def model_control(self, msg):
+        """pb_utils.load_model / unload_model: inferd's refusal as a TritonModelException."""
+        with self.lock:
+            self.send(msg)
+            reply = self.recv()
+        if reply.get("op") != "ok":
+            raise pb.TritonModelException(reply.get("message", f"{msg['op']} failed"))
+
     def metric_call(self, msg):
         """A custom-metric call (pb_utils.MetricFamily / Metric): the handle made or the value
         read; inferd's refusal as a TritonModelException."""

@@ -6,6 +6,7 @@ numpy arrays; inferd moves their bytes through a shared memory mapping (see infe
 never through pickling.
 """
 
+import base64
 import ctypes
 import glob
 import json
@@ -150,6 +151,38 @@ def get_model_dir():
 
 def is_model_ready(model_name, model_version=""):
     return _channel.is_model_ready(model_name, str(model_version))
+
+
+def load_model(model_name, config="", files=None):
+    """Loads (or reloads) a model through inferd's model repository, as the repository API's
+    load does: `config` a JSON model configuration overriding the repository's, `files`
+    {"file:<path>": bytes} a model folder replacing it (needs `config`). Returns when the
+    load is done; a refusal or failure raises TritonModelException. Needs
+    --model-control-mode=explicit, as Triton's does."""
+    if not isinstance(model_name, str) or not model_name:
+        raise TritonModelException("load_model: model_name must be a non-empty str")
+    if not isinstance(config, str):
+        raise TritonModelException("load_model: config must be a JSON str")
+    encoded = {}
+    for key, content in (files or {}).items():
+        if not isinstance(key, str) or not isinstance(content, (bytes, bytearray)):
+            raise TritonModelException(
+                "load_model: files must map 'file:<path>' (str) to the file's bytes")
+        encoded[key] = base64.b64encode(bytes(content)).decode()
+    if _channel is None:
+        raise TritonModelException("load_model is available only inside inferd")
+    _channel.model_control({"op": "load_model", "name": model_name, "config": config,
+                            "files": encoded})
+
+
+def unload_model(model_name, unload_dependents=False):
+    """Unloads a model through inferd's model repository; returns when it is unloaded."""
+    if not isinstance(model_name, str) or not model_name:
+        raise TritonModelException("unload_model: model_name must be a non-empty str")
+    if _channel is None:
+        raise TritonModelException("unload_model is available only inside inferd")
+    _channel.model_control({"op": "unload_model", "name": model_name,
+                            "unload_dependents": bool(unload_dependents)})
 
 
 # ------------------------------------------------------------------------------------------------
