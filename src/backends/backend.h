@@ -140,6 +140,9 @@ class Backend {
                                           config::ModelConfig* config) {
     return absl::OkStatus();
   }
+  // True for a backend whose code, not the model's folder, holds what auto-complete reads (a
+  // Python-based backend's model.py): AutoCompleteConfig runs though `model_path` is absent.
+  virtual bool AutoCompletesWithoutModelFile() const { return false; }
 
   // tritonserver's --backend-config settings for this backend: its own
   // (`--backend-config=<name>,<key>=<value>`) over the global ones (`--backend-config=<key>=<value>`).

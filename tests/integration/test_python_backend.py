@@ -4,6 +4,7 @@ Each test writes its model.py files into a fresh repository and starts a server 
 expected values are computed here with numpy, never echoed from a config.
 """
 
+import json
 import os
 import time
 from pathlib import Path
@@ -1233,3 +1234,50 @@ class TritonPythonModel:
     assert errors[1] == "error: model 'loader' cannot unload itself", errors
     assert errors[2].startswith("error: ") and "config" in errors[2], errors
     assert model_ready(srv, "loader")
+
+
+def test_python_based_backend(tmp_path, server_factory):
+    # Triton's Python-based backends (vLLM's is one): <backend dir>/<name>/model.py serves
+    # every model whose config says backend "<name>"; the models hold only their settings.
+    backends = tmp_path / "backends"
+    (backends / "arith").mkdir(parents=True)
+    (backends / "arith" / "model.py").write_text('''
+import json, os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [2]})
+        config.add_input({"name": "B", "data_type": "TYPE_INT32", "dims": [2]})
+        config.add_output({"name": "C", "data_type": "TYPE_INT32", "dims": [2]})
+        return config
+
+    def initialize(self, args):
+        path = os.path.join(args["model_repository"], args["model_version"], "model.json")
+        self.op = json.load(open(path))["operation"]
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "B").as_numpy()
+            c = a + b if self.op == "add" else a - b
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("C", c.astype(np.int32))]))
+        return out
+''')
+    repo = tmp_path / "repo"
+    for name, op in (("adder", "add"), ("subber", "sub")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.json").write_text(json.dumps({"operation": op}))
+        (repo / name / "config.pbtxt").write_text('backend: "arith"\n')
+    srv = server_factory(repo, [f"--backend-directory={backends}"])
+    srv.wait_until(lambda: model_ready(srv, "adder") and model_ready(srv, "subber"), 60,
+                   "ready\n" + srv.log())
+    a, b = np.array([5, 7], dtype=np.int32), np.array([2, 3], dtype=np.int32)
+    ins = [make_input("A", a, "INT32"), make_input("B", b, "INT32")]
+    assert ok(infer(srv, "adder", ins))["C"].tolist() == [7, 10]
+    assert ok(infer(srv, "subber", ins))["C"].tolist() == [3, 4]
+    cfg = srv.get("/v2/models/adder/config").json()
+    assert cfg["backend"] == "arith" and [i["name"] for i in cfg["input"]] == ["A", "B"], cfg

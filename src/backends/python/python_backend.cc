@@ -1466,7 +1466,11 @@ class PythonInstance : public ModelInstance {
 
 class PythonBackend : public Backend {
  public:
-  explicit PythonBackend(gpu::Runtime* gpus) : gpus_(gpus) {
+  // `backend_file`: a Python-based backend's model.py (Triton's <backend dir>/<name>/model.py),
+  // run for every model with `backend: "<name>"`; empty for the "python" backend, whose
+  // models bring their own.
+  PythonBackend(gpu::Runtime* gpus, std::string name, std::string backend_file)
+      : gpus_(gpus), name_(std::move(name)), backend_file_(std::move(backend_file)) {
     // SageMaker's Triton container names (its serve script turns them into --backend-config).
     ReadSize("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", &settings_.shm_default_bytes);
     ReadSize("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", &settings_.shm_growth_bytes);
@@ -1475,7 +1479,8 @@ class PythonBackend : public Backend {
     }
   }
 
-  std::string_view name() const override { return "python"; }
+  std::string_view name() const override { return name_; }
+  bool AutoCompletesWithoutModelFile() const override { return !backend_file_.empty(); }
   bool CreatesInstancesConcurrently() const override { return true; }
   bool SupportsDecoupled() const override { return true; }
 
@@ -1498,14 +1503,17 @@ class PythonBackend : public Backend {
     return unread;
   }
 
-  absl::Status AutoCompleteConfig(const std::string& model_path,
+  absl::Status AutoCompleteConfig(const std::string& repository_path,
                                   config::ModelConfig* config) override {
+    // A Python-based backend's file stands in for the model's own; the model's folder stays
+    // what the environment and get_model_dir() see.
+    const std::string& model_path = backend_file_.empty() ? repository_path : backend_file_;
     // Starting Python costs ~0.1 s: only when the file defines auto_complete_config.
     std::ifstream in(model_path);
     std::stringstream text;
     text << in.rdbuf();
     if (text.str().find("auto_complete_config") == std::string::npos) return absl::OkStatus();
-    const std::string model_dir = fs::path(model_path).parent_path().parent_path().string();
+    const std::string model_dir = fs::path(repository_path).parent_path().parent_path().string();
     LaunchSpec launch = BaseLaunch(inferd::StrCat("model '", config->name(), "' (auto-complete)"));
     RETURN_IF_ERROR(ResolveEnvironment(*config, model_dir, &launch));
     auto stub = StubProcess::Spawn(launch);
@@ -1518,7 +1526,7 @@ class PythonBackend : public Backend {
     Key(w, "model_path");
     Str(w, model_path);
     Key(w, "model_dir");
-    Str(w, fs::path(model_path).parent_path().string());
+    Str(w, fs::path(repository_path).parent_path().string());
     Key(w, "name");
     Str(w, config->name());
     Key(w, "config");
@@ -1594,14 +1602,16 @@ class PythonBackend : public Backend {
         }
       }
     }
+    ModelSpec own = spec;
+    if (!backend_file_.empty()) own.model_path = backend_file_;
     std::error_code ec;
-    if (!fs::is_regular_file(spec.model_path, ec)) {
-      return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", spec.model_path,
+    if (!fs::is_regular_file(own.model_path, ec)) {
+      return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", own.model_path,
                                                 "' not found"));
     }
     LaunchSpec launch = BaseLaunch("");
     RETURN_IF_ERROR(ResolveEnvironment(cfg, spec.model_dir, &launch));
-    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), device, &gpus,
+    auto instance = std::make_unique<PythonInstance>(own, std::move(launch), device, &gpus,
                                                      gpu_inputs, &ipc_warnings_);
     RETURN_IF_ERROR(instance->Start());
     return instance;
@@ -1627,6 +1637,8 @@ class PythonBackend : public Backend {
 
   BackendSettings settings_;  // written by Configure before any load, then read-only
   gpu::Runtime* const gpus_;   // null: gpu::SystemRuntime()
+  const std::string name_;
+  const std::string backend_file_;  // a Python-based backend's model.py; empty: "python"
   IpcFallbackWarnings ipc_warnings_;
 };
 
@@ -1646,7 +1658,11 @@ std::string PythonStubDirectory() {
 }
 
 std::unique_ptr<Backend> MakePythonBackend(gpu::Runtime* gpus) {
-  return std::make_unique<PythonBackend>(gpus);
+  return std::make_unique<PythonBackend>(gpus, "python", "");
+}
+
+std::unique_ptr<Backend> MakePythonBasedBackend(std::string name, std::string model_py) {
+  return std::make_unique<PythonBackend>(nullptr, std::move(name), std::move(model_py));
 }
 
 }  // namespace inferd::backends
