@@ -1281,3 +1281,109 @@ class TritonPythonModel:
     assert ok(infer(srv, "subber", ins))["C"].tolist() == [3, 4]
     cfg = srv.get("/v2/models/adder/config").json()
     assert cfg["backend"] == "arith" and [i["name"] for i in cfg["input"]] == ["A", "B"], cfg
+
+
+def test_response_parameters(tmp_path, server_factory, pb):
+    # InferenceResponse(parameters=...) (Triton's response_parameters models): the response's
+    # "parameters" in HTTP's JSON and gRPC's map, from execute(), a decoupled sender and back
+    # through BLS; other keys and values are refused with Triton's messages.
+    write_model(tmp_path, "rp", """name: "rp"
+backend: "python"
+input [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()
+            params = json.loads(text) if text != "bls" else {}
+            if isinstance(params, dict) and params.pop("int_key", False):
+                params[7] = "x"
+            if text == "bls":
+                b = pb_utils.InferenceRequest(model_name="rp_inner", requested_output_names=["OUT"],
+                    inputs=[pb_utils.Tensor("P", np.array([b'{"via": "bls", "n": -3}'], dtype=np.object_))]).exec()
+                text = b.parameters()
+                params = {"seen": text}
+            try:
+                resp = pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                    np.array([text.encode()], dtype=np.object_))], parameters=params)
+            except pb_utils.TritonModelException as e:
+                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    str(e), pb_utils.TritonError.INVALID_ARG))
+            out.append(resp)
+        return out
+''')
+    write_model(tmp_path, "rp_stream", """name: "rp_stream"
+backend: "python"
+input [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            for p in json.loads(pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                    np.array([b"x"], dtype=np.object_))], parameters=p))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+''')
+    # The BLS target: the same code under another name (a call to itself would wait for itself).
+    write_model(tmp_path, "rp_inner", (tmp_path / "rp" / "config.pbtxt").read_text().replace(
+        '"rp"', '"rp_inner"'), (tmp_path / "rp" / "1" / "model.py").read_text())
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "rp") and model_ready(srv, "rp_stream") and
+                   model_ready(srv, "rp_inner"), 30, "ready")
+
+    def http(params):
+        text = params if isinstance(params, str) else json.dumps(params)
+        return infer(srv, "rp", [make_input("P", np.array([text], dtype=np.object_), "BYTES")])
+    want = {"flag": True, "count": 1024, "name": "Hello World!"}
+    r = http(want)
+    assert r.status_code == 200 and r.json()["parameters"] == want, r.text
+    assert "parameters" not in http({}).json()
+    # Binary outputs take the same path.
+    r = infer(srv, "rp", [make_input("P", np.array([json.dumps(want)], dtype=np.object_), "BYTES")],
+              outputs=[{"name": "OUT", "parameters": {"binary_data": True}}])
+    hl = int(r.headers["Inference-Header-Content-Length"])
+    assert json.loads(r.content[:hl])["parameters"] == want
+    for bad, msg in [([1], "Expect dict, got <class 'list'>"),
+                     ({"int_key": True}, "Expect parameters keys to have type str, found type <class 'int'>"),
+                     ({"f": 0.5}, "Expect parameters values to have type bool/int/str, found type <class 'float'>"),
+                     ({"n": None}, "found type <class 'NoneType'>")]:
+        r = http(bad)
+        assert r.status_code == 400 and msg in r.json()["error"], (bad, r.text)
+    assert json.loads(http("bls").json()["parameters"]["seen"]) == {"via": "bls", "n": -3}
+
+    import grpc
+    grpc_pb, grpc_stub = pb
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}")
+    stub = grpc_stub.GRPCInferenceServiceStub(channel)
+
+    def grpc_request(model, text):
+        req = grpc_pb.ModelInferRequest(model_name=model)
+        t = req.inputs.add()
+        t.name, t.datatype = "P", "BYTES"
+        t.shape.append(1)
+        t.contents.bytes_contents.append(text.encode())
+        return req
+
+    def params_of(resp):
+        return {k: getattr(v, v.WhichOneof("parameter_choice"))
+                for k, v in resp.parameters.items() if k != "triton_final_response"}
+    assert params_of(stub.ModelInfer(grpc_request("rp", json.dumps(want)))) == want
+    streamed = [{"step": 1, "last": False}, {"step": 2, "last": True}]
+    msgs = list(stub.ModelStreamInfer(iter([grpc_request("rp_stream", json.dumps(streamed))]),
+                                      timeout=30))
+    assert [params_of(m.infer_response) for m in msgs] == streamed, msgs
+    channel.close()

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
@@ -216,6 +217,50 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
   return doc;
 }
 
+// A response's parameters, a JSON object the stub checked (keys str, values bool, int or
+// str, as Triton's stub checks them), onto the response. Other values are skipped.
+void SetResponseParameters(std::string_view json, core::InferResponse* response) {
+  if (json.empty() || json == "{}") return;
+  rapidjson::Document doc;
+  doc.Parse(json.data(), json.size());
+  if (doc.HasParseError() || !doc.IsObject()) return;
+  for (const auto& kv : doc.GetObject()) {
+    core::ResponseParameter p;
+    p.name.assign(kv.name.GetString(), kv.name.GetStringLength());
+    if (kv.value.IsBool()) {
+      p.value = kv.value.GetBool();
+    } else if (kv.value.IsInt64()) {
+      p.value = kv.value.GetInt64();
+    } else if (kv.value.IsString()) {
+      p.value = std::string(kv.value.GetString(), kv.value.GetStringLength());
+    } else {
+      continue;
+    }
+    response->parameters.push_back(std::move(p));
+  }
+}
+
+// The response's parameters as the JSON object text a BLS caller's response.parameters()
+// answers.
+std::string ResponseParametersJson(const core::InferResponse& response) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& p : response.parameters) {
+    w.Key(p.name.data(), static_cast<rapidjson::SizeType>(p.name.size()));
+    if (const bool* b = std::get_if<bool>(&p.value)) {
+      w.Bool(*b);
+    } else if (const int64_t* n = std::get_if<int64_t>(&p.value)) {
+      w.Int64(*n);
+    } else {
+      const std::string& v = std::get<std::string>(p.value);
+      w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+    }
+  }
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 // The per-request path (an execute and its answer) uses compact binary messages instead of
 // JSON; everything else (initialize, BLS, logging, ...) stays JSON. A binary message starts with
 // its kind byte (JSON starts with '{'). Little-endian; strings are a length then the bytes.
@@ -231,6 +276,7 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
 //     execute is sent again with every input in the region.
 //   done (from the stub): u8 2, u8 0, u16 responses; per response: u8 0 (outputs: u16 count,
 //     then tensors as above) or u8 1 (error: u8 TritonError code, str32 message).
+//     A response with parameters is u8 2, str32 parameters (a JSON object), then as u8 0.
 constexpr char kBinExecute = 1;
 constexpr char kBinDone = 2;
 constexpr uint8_t kGpuInputBit = 0x80;
@@ -870,6 +916,10 @@ class PythonInstance : public ModelInstance {
       for (const auto& o : response->outputs) outs.push_back(&o);
       Key(w, "outputs");
       if (auto st = WriteTensors(stub, outs, w); !st.ok()) return st;
+      if (!response->parameters.empty()) {
+        Key(w, "parameters");
+        Str(w, ResponseParametersJson(*response));
+      }
     }
     w.EndObject();
     return stub->Send({buf.GetString(), buf.GetSize()});
@@ -1270,6 +1320,7 @@ class PythonInstance : public ModelInstance {
       auto tensors = ReadTensors(stub, doc["outputs"]);
       if (!tensors.ok()) return tensors.status();
       AddRequestedOutputs(req, *std::move(tensors), response.get());
+      SetResponseParameters(GetString(doc, "parameters"), response.get());
     }
     absl::Status st = req.response_sender->Send(std::move(response), final);
     if (!st.ok()) {
@@ -1329,6 +1380,7 @@ class PythonInstance : public ModelInstance {
         if (!r.ok()) return absl::InternalError("a truncated response from the Python process");
         continue;
       }
+      if (kind == 2) SetResponseParameters(r.Str32(), &resp);
       const uint16_t n = r.Get<uint16_t>();
       std::vector<TensorDesc> descs;
       descs.reserve(n);

@@ -46,6 +46,8 @@ _I32 = struct.Struct("<i")
 _GPU_INPUT_BIT = 0x80  # in an input's type byte: on a GPU, its CUDA IPC handle follows
 _IPC_HANDLE_BYTES = 64
 _OK = struct.Struct("<BH")
+_PARAMS = struct.Struct("<BI")  # a response with parameters: kind 2, their JSON's length
+_COUNT = struct.Struct("<H")
 _ERR = struct.Struct("<BBI")
 _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
 _DESC = {}  # (name length, dims) -> the Struct of one output's descriptor
@@ -305,6 +307,8 @@ class Channel:
                     msg["code"] = err.code() if hasattr(err, "code") else 1
                 else:
                     msg["outputs"] = self.shm.write(response.output_tensors())
+                    if response._parameters != "{}":
+                        msg["parameters"] = response._parameters
             self.send(msg)
             self.recv()
 
@@ -324,7 +328,7 @@ class Channel:
         wrap, codes = pb.Tensor._wrap_code, pb._CODE_OF_NAME
         return pb.InferenceResponse(
             [wrap(d["name"], self.shm.read(d), codes[d["datatype"]])
-             for d in reply.get("outputs", [])])
+             for d in reply.get("outputs", [])], parameters=reply.get("parameters"))
 
     def bls_exec(self, request):
         with self.lock:
@@ -690,7 +694,14 @@ class Stub:
                     append(message)
                     continue
                 outputs = resp._outputs
-                append(_OK.pack(0, len(outputs)))
+                params = resp._parameters
+                if params != "{}":
+                    encoded = params.encode()
+                    append(_PARAMS.pack(2, len(encoded)))
+                    append(encoded)
+                    append(_COUNT.pack(len(outputs)))
+                else:
+                    append(_OK.pack(0, len(outputs)))
                 for t in outputs:
                     payload, code, shape = _payload(t)
                     n = payload.nbytes

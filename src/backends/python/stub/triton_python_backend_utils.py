@@ -743,6 +743,27 @@ TRITONSERVER_MEMORY_GPU = 1
 TRITONSERVER_MEMORY_CPU = 0
 
 
+def _parameters_json(parameters):
+    """A request's or response's parameters as the JSON object text parameters() answers,
+    checked as Triton's stub checks them: a dict of str to bool, int or str (a JSON string
+    of such an object is taken too)."""
+    if parameters is None:
+        return "{}"
+    if isinstance(parameters, str):
+        return parameters or "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                "Expect parameters values to have type bool/int/str, found type "
+                f"{type(value)}")
+    return json.dumps(parameters) if parameters else "{}"
+
+
 class InferenceResponse:
     __slots__ = ("_outputs", "_error", "_parameters")
 
@@ -753,8 +774,7 @@ class InferenceResponse:
             raise TritonModelException('"output_tensors" must be a list.')
         self._outputs = output_tensors
         self._error = error
-        self._parameters = "{}" if not parameters else \
-            parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
 
     def output_tensors(self):
         return self._outputs
@@ -789,11 +809,7 @@ class InferenceRequest:
         self._model_version = int(model_version)
         self._flags = flags
         self._timeout = int(timeout)
-        if parameters and not isinstance(parameters, (str, dict)):
-            raise TritonModelException("InferenceRequest: parameters must be a dict or a JSON "
-                                       f"string, got {type(parameters).__name__}")
-        self._parameters = "{}" if not parameters else \
-            parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
         self._sender = None
         self._index = -1  # the position in execute()'s list; -1: a request the model built
         self._preferred_memory = preferred_memory
