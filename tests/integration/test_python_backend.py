@@ -1387,3 +1387,23 @@ class TritonPythonModel:
                                       timeout=30))
     assert [params_of(m.infer_response) for m in msgs] == streamed, msgs
     channel.close()
+
+
+def test_request_rescheduling_is_refused_clearly(tmp_path, server_factory):
+    # inferd does not reschedule requests (iterative_sequence is refused at load): a model
+    # asking for it gets an exception naming why, not a silently released request.
+    write_model(tmp_path, "resched", IDENTITY_CONFIG.format(name="resched", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+            r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "resched"), 30, "ready")
+    r = infer(srv, "resched", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
+    assert r.status_code == 500, r.text
+    assert "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by inferd" in r.json()["error"]

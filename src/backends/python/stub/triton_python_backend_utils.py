@@ -794,7 +794,7 @@ class InferenceRequest:
 
     __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested", "_model_name",
                  "_model_version", "_flags", "_timeout", "_parameters", "_sender", "_index",
-                 "_preferred_memory", "_trace")
+                 "_preferred_memory", "_trace", "_flags_released")
 
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
                  model_name="", model_version=-1, flags=0, timeout=0, preferred_memory=None,
@@ -860,7 +860,14 @@ class InferenceRequest:
         return _channel.is_cancelled(self._index)
 
     def set_release_flags(self, flags):
-        pass
+        """TRITONSERVER_REQUEST_RELEASE_ALL only: inferd does not reschedule requests (Triton
+        does for a sequence_batching.iterative_sequence model, which inferd refuses at load).
+        A refusal here, rather than a request silently released."""
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException(
+                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by inferd: it does not "
+                "reschedule requests (sequence_batching.iterative_sequence is refused at load)")
+        self._flags_released = flags
 
     def get_response_sender(self):
         if self._sender is None:
