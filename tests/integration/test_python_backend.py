@@ -1407,3 +1407,30 @@ class TritonPythonModel:
     r = infer(srv, "resched", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
     assert r.status_code == 500, r.text
     assert "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by inferd" in r.json()["error"]
+
+
+def test_inference_request_needs_its_arguments(tmp_path, server_factory):
+    # As Triton's binding: model_name, inputs and requested_output_names are required
+    # (TypeError), which Triton's bls QA model checks.
+    write_model(tmp_path, "args_check", IDENTITY_CONFIG.format(name="args_check", extra=""), '''
+import triton_python_backend_utils as pb_utils
+
+def type_error(**kw):
+    try:
+        pb_utils.InferenceRequest(**kw)
+    except TypeError:
+        return 1
+    return 0
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = (type_error(inputs=[], requested_output_names=["OUT"]) +
+             type_error(model_name="m", requested_output_names=["OUT"]) +
+             type_error(model_name="m", inputs=[]))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 0 + n)]) for r in requests]
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "args_check"), 30, "ready")
+    out = ok(infer(srv, "args_check", [make_input("IN", np.array([1], dtype=np.int32), "INT32")]))
+    assert out["OUT"].tolist() == [3]

@@ -797,10 +797,12 @@ class InferenceRequest:
                  "_preferred_memory", "_trace", "_flags_released")
 
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
-                 model_name="", model_version=-1, flags=0, timeout=0, preferred_memory=None,
+                 model_name=None, model_version=-1, flags=0, timeout=0, preferred_memory=None,
                  trace=None, parameters=None):
-        if inputs is None or requested_output_names is None:
-            raise TypeError("InferenceRequest needs inputs and requested_output_names")
+        # As Triton's binding: inputs, requested_output_names and model_name are required.
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError("InferenceRequest needs inputs, requested_output_names and "
+                            "model_name")
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
