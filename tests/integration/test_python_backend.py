@@ -1434,3 +1434,52 @@ class TritonPythonModel:
     srv.wait_until(lambda: model_ready(srv, "args_check"), 30, "ready")
     out = ok(infer(srv, "args_check", [make_input("IN", np.array([1], dtype=np.int32), "INT32")]))
     assert out["OUT"].tolist() == [3]
+
+
+def test_sequence_correlation_id_and_flags_reach_model_py(tmp_path, server_factory):
+    # request.correlation_id() and request.flags() (START 1, END 2) as the sequence batcher
+    # gives them, numeric or string IDs (Triton's sequence_py keeps per-sequence state by them).
+    write_model(tmp_path, "seq", """name: "seq"
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+sequence_batching { max_sequence_idle_microseconds: 10000000 }
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            cid, flags = r.correlation_id(), r.flags()
+            x = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0][0])
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.totals[cid] = 0
+            self.totals[cid] += x
+            text = json.dumps([cid, flags, self.totals[cid]])
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.totals[cid]
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([[text.encode()]], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "seq"), 30, "ready")
+
+    def step(cid, x, start=False, end=False):
+        r = srv.post("/v2/models/seq/infer", json={
+            "parameters": {"sequence_id": cid, "sequence_start": start, "sequence_end": end},
+            "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [x]}]})
+        assert r.status_code == 200, r.text
+        return json.loads(r.json()["outputs"][0]["data"][0])
+    assert step(41, 5, start=True) == [41, 1, 5]
+    assert step("user-7", 2, start=True) == ["user-7", 1, 2]
+    assert step(41, 6) == [41, 0, 11]
+    assert step("user-7", 3, end=True) == ["user-7", 2, 5]
+    assert step(41, 1, end=True) == [41, 2, 12]

@@ -265,7 +265,9 @@ std::string ResponseParametersJson(const core::InferResponse& response) {
 // JSON; everything else (initialize, BLS, logging, ...) stays JSON. A binary message starts with
 // its kind byte (JSON starts with '{'). Little-endian; strings are a length then the bytes.
 //   execute (to the stub): u8 1, u8 flags (1: decoupled), u16 requests; per request: str16 id,
-//     u64 timeout_us, str32 parameters (JSON object), u16 inputs, u16 outputs, the inputs
+//     u64 timeout_us, str32 parameters (JSON object), u8 sequence flags (1 START, 2 END, 4 the
+//     correlation ID is a string), the correlation ID (str16 or u64), u16 inputs, u16 outputs,
+//     the inputs
 //     (str16 name, u8 datatype (TRITONSERVER_DataType), u8 dims, i64 x dims, u64 offset,
 //     u64 size), the requested output names (str16). An input left on a GPU for model.py
 //     (FORCE_CPU_ONLY_INPUT_TENSORS 'no') has kGpuInputBit set in its datatype byte, its
@@ -1053,6 +1055,15 @@ class PythonInstance : public ModelInstance {
       w.Str16(r->id);
       w.Put<uint64_t>(r->timeout_us);
       w.Str32(r->parameters);
+      // The sequence batcher's correlation ID and START/END flags (request.correlation_id(),
+      // request.flags()).
+      w.Put<uint8_t>(static_cast<uint8_t>((r->sequence_start ? 1 : 0) | (r->sequence_end ? 2 : 0) |
+                                          (r->sequence_id.is_string ? 4 : 0)));
+      if (r->sequence_id.is_string) {
+        w.Str16(r->sequence_id.text);
+      } else {
+        w.Put<uint64_t>(r->sequence_id.number);
+      }
       w.Put<uint16_t>(static_cast<uint16_t>(r->inputs.size()));
       w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
                                                                : r->outputs.size()));

@@ -561,6 +561,16 @@ class Stub:
             pos += 12
             params = msg[pos:pos + n].decode() if n else "{}"
             pos += n
+            seq = msg[pos]
+            pos += 1
+            if seq & 4:  # a string correlation ID
+                (n,) = u16(msg, pos)
+                pos += 2
+                corr = msg[pos:pos + n].decode()
+                pos += n
+            else:
+                (corr,) = _U64.unpack_from(msg, pos)
+                pos += 8
             n_in, n_out = counts(msg, pos)
             pos += 4
             inputs = []
@@ -589,7 +599,7 @@ class Stub:
                 pos += 2
                 outputs.append(msg[pos:pos + n].decode())
                 pos += n
-            layout.append((rid, timeout, params, inputs, outputs))
+            layout.append((rid, timeout, params, inputs, outputs, corr, seq & 3))
         return flags, layout
 
     def _requests(self, msg):
@@ -607,12 +617,12 @@ class Stub:
         name, version = self.name, self.version
         requests = []
         index = 0
-        for rid, timeout, params, inputs, outputs in layout:
+        for rid, timeout, params, inputs, outputs, corr, seq_flags in layout:
             requests.append(make(
                 rid, [wrap(t, read(off, size, shape, code), code) if gpu is None else
                       self._gpu_input(t, off, size, shape, code, gpu)
                       for t, off, size, shape, code, gpu in inputs],
-                list(outputs), name, version, timeout, params, index))
+                list(outputs), name, version, timeout, params, index, corr, seq_flags))
             index += 1
         return requests, flags
 

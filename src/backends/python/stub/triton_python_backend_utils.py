@@ -819,11 +819,13 @@ class InferenceRequest:
 
     @classmethod
     def _make(cls, request_id, inputs, requested, model_name, model_version, timeout,
-              parameters, index):
+              parameters, index, correlation_id=0, flags=0):
         # The stub's constructor for the requests it hands to execute(): no checks, no copies.
         r = object.__new__(cls)
-        r._request_id, r._correlation_id, r._inputs, r._requested = request_id, 0, inputs, requested
-        r._model_name, r._model_version, r._flags, r._timeout = model_name, model_version, 0, timeout
+        r._request_id, r._correlation_id, r._inputs, r._requested = \
+            request_id, correlation_id, inputs, requested
+        r._model_name, r._model_version, r._flags, r._timeout = \
+            model_name, model_version, flags, timeout
         r._parameters, r._sender, r._index = parameters, None, index
         r._preferred_memory = r._trace = None
         return r
