@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -178,6 +179,23 @@ int main(int argc, char** argv) {
   backends.Register(backends::MakeModuleBackend(
       "pytorch", backend_dir + "/libinferd_backend_pytorch.so"));
 #endif
+
+  // Python-based backends (Triton's): <backend directory>/<name>/model.py serves the models
+  // whose config names backend '<name>', where no backend of that name is built in.
+  {
+    const std::string dir = flags->backend_directory.empty() ? backends::ExecutableDirectory()
+                                                             : flags->backend_directory;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const std::filesystem::path model_py = entry.path() / "model.py";
+      if (backends.Find(name) != nullptr || !std::filesystem::is_regular_file(model_py, ec)) {
+        continue;
+      }
+      backends.Register(backends::MakePythonBasedBackend(name, model_py.string()));
+      LOG_INFO << "backend '" << name << "': Python-based, " << model_py.string();
+    }
+  }
 
   if (auto no_effect = app::ConfigureBackends(*flags, backends); !no_effect.ok()) {
     std::cerr << "inferd: " << no_effect.status().message() << "\n";

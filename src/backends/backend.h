@@ -19,6 +19,7 @@
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
 #include "core/response_sender.h"
+#include "metrics/custom_metrics.h"
 
 namespace inferd::backends {
 
@@ -40,6 +41,16 @@ struct ModelSpec {
   std::function<void(std::unique_ptr<core::InferRequest>)> dispatch;
   // Whether a model (version -1: any) is ready, for pb_utils.is_model_ready; may be null.
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
+  // Where a model's own metrics go (the Python backend's pb_utils.MetricFamily), shown on
+  // GET /metrics; null where the server keeps none.
+  metrics::CustomMetrics* custom_metrics = nullptr;
+  // Loads (or reloads, with a config and files as the repository API's load takes them) and
+  // unloads a model, synchronously on the caller's thread, for pb_utils.load_model /
+  // unload_model; null where the server offers none. The server's control-mode rules apply.
+  std::function<absl::Status(const std::string& name, const std::optional<std::string>& config,
+                             const std::map<std::string, std::string>& files)>
+      load_model;
+  std::function<absl::Status(const std::string& name, bool unload_dependents)> unload_model;
 };
 
 // Where one instance runs. Triton's instance name is "<group name>_<n>" (n counts the
@@ -129,6 +140,9 @@ class Backend {
                                           config::ModelConfig* config) {
     return absl::OkStatus();
   }
+  // True for a backend whose code, not the model's folder, holds what auto-complete reads (a
+  // Python-based backend's model.py): AutoCompleteConfig runs though `model_path` is absent.
+  virtual bool AutoCompletesWithoutModelFile() const { return false; }
 
   // tritonserver's --backend-config settings for this backend: its own
   // (`--backend-config=<name>,<key>=<value>`) over the global ones (`--backend-config=<key>=<value>`).

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -88,12 +89,21 @@ struct OutputTensor {
   MemoryPlace place;
 };
 
+// A parameter a model sets on its response (Triton's TRITONBACKEND_ResponseSet*Parameter;
+// the Python backend's InferenceResponse(parameters=...)): the response's "parameters" in
+// HTTP's JSON and gRPC's map.
+struct ResponseParameter {
+  std::string name;
+  std::variant<bool, int64_t, std::string> value;
+};
+
 struct InferResponse {
   absl::Status status;
   std::string model_name;
   int64_t model_version = -1;
   std::string id;
   std::vector<OutputTensor> outputs;
+  std::vector<ResponseParameter> parameters;
 };
 
 using InferCallback = std::function<void(std::unique_ptr<InferResponse>)>;

@@ -242,6 +242,9 @@ absl::StatusOr<std::shared_ptr<Model>> Model::Load(const config::ModelConfig& co
   }
   spec.dispatch = options.dispatch;
   spec.is_model_ready = options.is_model_ready;
+  spec.custom_metrics = options.custom_metrics;
+  spec.load_model = options.load_model;
+  spec.unload_model = options.unload_model;
   std::vector<std::unique_ptr<backends::ModelInstance>> instances;
   auto placement = PlaceInstances(*spec.config, backend->GpuInstanceSupport(), options.placement);
   if (!placement.ok()) return placement.status();

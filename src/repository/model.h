@@ -41,6 +41,13 @@ struct LoadOptions {
   // Whether a model is ready (the server's readiness), for backends that ask (Python's
   // is_model_ready).
   std::function<bool(const std::string& name, int64_t version)> is_model_ready;
+  // The server's custom metrics (backends::ModelSpec::custom_metrics); null: none.
+  metrics::CustomMetrics* custom_metrics = nullptr;
+  // The server's synchronous load and unload (backends::ModelSpec::load_model / unload_model).
+  std::function<absl::Status(const std::string& name, const std::optional<std::string>& config,
+                             const std::map<std::string, std::string>& files)>
+      load_model;
+  std::function<absl::Status(const std::string& name, bool unload_dependents)> unload_model;
   // --model-namespacing: the repository the model was loaded from (its metrics' "namespace"
   // label, as Triton's); empty without namespacing.
   std::string model_namespace;

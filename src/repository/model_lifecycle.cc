@@ -262,7 +262,7 @@ absl::StatusOr<config::ModelConfig> ModelLifecycle::BuildConfig(
                                                                                       : "dali.py";
     }
     std::string model_path = inferd::StrCat(dir, "/", versions.back(), "/", filename);
-    if (!filename.empty() && fs::exists(model_path)) {
+    if ((!filename.empty() && fs::exists(model_path)) || backend->AutoCompletesWithoutModelFile()) {
       RETURN_IF_ERROR(backend->AutoCompleteConfig(model_path, &cfg));
     }
   }

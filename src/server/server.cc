@@ -25,6 +25,8 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   if (registry != nullptr) {
     registry->AddCollector([this](metrics::PrometheusWriter& w) { CollectMetrics(w); });
   }
+  // Models' own metrics (Triton's custom metrics), after the server's.
+  custom_metrics_ = std::make_unique<metrics::CustomMetrics>(registry);
   repository::LifecycleOptions lo;
   lo.repositories = options_.repositories;
   lo.auto_complete = options_.auto_complete;
@@ -48,6 +50,18 @@ Server::Server(ServerOptions options, const backends::BackendRegistry* backends,
   lo.load.gpus = options_.gpus;
   lo.load.is_model_ready = [this](const std::string& name, int64_t version) {
     return IsModelReady(name, version);
+  };
+  lo.load.custom_metrics = custom_metrics_.get();
+  // pb_utils.load_model / unload_model: on the caller's thread (a model's initialize() or
+  // execute()), not the loader pool, which may be running that very model's load.
+  lo.load.load_model = [this](const std::string& name, const std::optional<std::string>& config,
+                              const std::map<std::string, std::string>& files) {
+    RETURN_IF_ERROR(CheckLoadRequest(name, config, files));
+    return LoadModelNow(name, config, files);
+  };
+  lo.load.unload_model = [this](const std::string& name, bool unload_dependents) {
+    RETURN_IF_ERROR(CheckRepositoryControl(name));
+    return lifecycle_->Unload(name, unload_dependents);
   };
   lifecycle_ = std::make_unique<repository::ModelLifecycle>(lo, backends);
   resolver_ = std::make_unique<ModelResolver<repository::ModelLifecycle>>(
@@ -419,8 +433,10 @@ void Server::CollectMetrics(metrics::PrometheusWriter& w) const {
            "counter");
   for (const auto& r : rows) {
     for (int i = 0; i < metrics::kNumFailureReasons; ++i) {
+      // Triton (prometheus-cpp) writes labels in name order: model, reason, version. Clients
+      // match the line as a whole (Triton's own QA does), so "reason" goes before "version".
       metrics::Labels l = r.labels;
-      l.emplace_back("reason", metrics::kFailureReasonNames[i]);
+      l.insert(l.end() - 1, {"reason", metrics::kFailureReasonNames[i]});
       w.Sample("nv_inference_request_failure", l, double(r.s.fail_by_reason[i]));
     }
   }
@@ -539,44 +555,50 @@ absl::Status Server::CheckRepositoryControl(std::string_view name) const {
   return absl::OkStatus();
 }
 
+absl::Status Server::CheckLoadRequest(std::string_view name,
+                                      const std::optional<std::string>& config_json,
+                                      const std::map<std::string, std::string>& files) const {
+  RETURN_IF_ERROR(CheckRepositoryControl(name));
+  if (!files.empty() && !config_json) {
+    return absl::InvalidArgumentError(StrCat(
+        "failed to load '", name, "': parameter 'file:", files.begin()->first,
+        "' needs the 'config' parameter too (the configuration of the model folder the files "
+        "form)"));
+  }
+  for (const auto& [path, content] : files) {
+    RETURN_IF_ERROR(repository::ValidateOverrideFilePath(path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::LoadModelNow(const std::string& name,
+                                  const std::optional<std::string>& config_json,
+                                  const std::map<std::string, std::string>& files) {
+  std::optional<config::ModelConfig> override_config;
+  if (config_json) {
+    auto cfg = config::ParseModelConfigJson(*config_json);
+    if (!cfg.ok()) {
+      // Triton's load errors start "failed to load '<m>'" and name a bad override "Invalid
+      // config override"; tritonclient's simple_*_model_control.py examples look for the first.
+      return absl::InvalidArgumentError(StrCat("failed to load '", name,
+                                               "': Invalid config override: ",
+                                               cfg.status().message()));
+    }
+    override_config = *std::move(cfg);
+  }
+  return lifecycle_->Load(name, override_config, files);
+}
+
 void Server::LoadModel(std::string name, std::optional<std::string> config_json,
                        std::function<void(absl::Status)> done,
                        std::map<std::string, std::string> files) {
-  if (auto st = CheckRepositoryControl(name); !st.ok()) {
+  if (auto st = CheckLoadRequest(name, config_json, files); !st.ok()) {
     done(st);
     return;
   }
-  if (!files.empty() && !config_json) {
-    done(absl::InvalidArgumentError(StrCat(
-        "failed to load '", name, "': parameter 'file:", files.begin()->first,
-        "' needs the 'config' parameter too (the configuration of the model folder the files "
-        "form)")));
-    return;
-  }
-  for (const auto& [path, content] : files) {
-    if (auto st = repository::ValidateOverrideFilePath(path); !st.ok()) {
-      done(st);
-      return;
-    }
-  }
   auto task = [this, name = std::move(name), config_json = std::move(config_json),
                files = std::make_shared<std::map<std::string, std::string>>(std::move(files)),
-               done]() {
-    std::optional<config::ModelConfig> override_config;
-    if (config_json) {
-      auto cfg = config::ParseModelConfigJson(*config_json);
-      if (!cfg.ok()) {
-        // Triton's load errors start "failed to load '<m>'" and name a bad override "Invalid
-        // config override"; tritonclient's simple_*_model_control.py examples look for the first.
-        done(absl::InvalidArgumentError(StrCat("failed to load '", name,
-                                               "': Invalid config override: ",
-                                               cfg.status().message())));
-        return;
-      }
-      override_config = *std::move(cfg);
-    }
-    done(lifecycle_->Load(name, override_config, *files));
-  };
+               done]() { done(LoadModelNow(name, config_json, *files)); };
   if (!loader_->Submit(task)) {
     done(absl::UnavailableError("too many model loads queued; retry later"));
   }

@@ -20,6 +20,7 @@
 #include "common/worker_pool.h"
 #include "config/model_config_util.h"
 #include "core/infer_request.h"
+#include "metrics/custom_metrics.h"
 #include "metrics/model_stats.h"
 #include "metrics/prometheus.h"
 #include "repository/model_lifecycle.h"
@@ -183,6 +184,12 @@ class Server {
   // Whether a load or unload of `name` may go ahead: a valid name, and a control mode that
   // allows the repository API to load and unload.
   absl::Status CheckRepositoryControl(std::string_view name) const;
+  // A load's name, files and their need of a config (LoadModel's checks before it queues).
+  absl::Status CheckLoadRequest(std::string_view name, const std::optional<std::string>& config_json,
+                                const std::map<std::string, std::string>& files) const;
+  // The load itself, on the caller's thread.
+  absl::Status LoadModelNow(const std::string& name, const std::optional<std::string>& config_json,
+                            const std::map<std::string, std::string>& files);
   void PollLoop();
   // Runs `request` on its resolved model: decoupled set-up, shared memory, validation,
   // tracing, classification, the response cache, then the model's scheduler.
@@ -198,6 +205,8 @@ class Server {
   // Whether a model's backend streams decoupled responses (Backend::SupportsDecoupled).
   const backends::BackendRegistry* backends_ = nullptr;
   SharedMemoryManager shared_memory_;
+  // Before lifecycle_: the models' instances hold it until they are gone.
+  std::unique_ptr<metrics::CustomMetrics> custom_metrics_;
   std::unique_ptr<ResponseCache> response_cache_;
   std::unique_ptr<TraceManager> trace_;
   std::unique_ptr<repository::ModelLifecycle> lifecycle_;

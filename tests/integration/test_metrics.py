@@ -1,6 +1,8 @@
 """Prometheus metrics with Triton's names, parsed by a real Prometheus text parser
 (python3-prometheus-client); counters move by exactly the number of requests sent."""
 
+import re
+
 import numpy as np
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -50,6 +52,19 @@ def test_counters_move_by_exactly_the_requests_sent(server):
     assert value(after, "nv_inference_compute_infer_duration_us", **lbl) > 0
     assert ("nv_inference_pending_request_count", tuple(sorted(lbl.items()))) in after
     assert value(after, "nv_model_load_duration_secs", **lbl) > 0
+
+
+def test_failure_lines_keep_tritons_label_order(server):
+    # Triton writes labels in name order (prometheus-cpp), and its clients, its own QA among
+    # them, match the whole line: nv_inference_request_failure{model=...,reason=...,version=...}.
+    a = np.ones((2, 16), dtype=np.int32)
+    assert infer(server, "simple", [make_input("INPUT0", a, "INT32")]).status_code == 400
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    lines = [l for l in text.splitlines() if l.startswith("nv_inference_request_failure{")]
+    assert lines
+    for l in lines:
+        assert re.fullmatch(r'nv_inference_request_failure\{model="[^"]+",reason="[A-Z]+",'
+                            r'version="\d+"\} \d+', l), l
 
 
 def test_system_metrics(server):

@@ -4,6 +4,7 @@ Each test writes its model.py files into a fresh repository and starts a server 
 expected values are computed here with numpy, never echoed from a config.
 """
 
+import json
 import os
 import time
 from pathlib import Path
@@ -886,3 +887,599 @@ output [ { name: "OUTS" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "EMPTY" da
     # No element: no response but the final flag.
     out = run(0, np.array([], dtype=np.int32))
     assert out["OUTS"].tolist() == [] and out["EMPTY"].tolist() == [1]
+
+
+IDENTITY_CONFIG = """name: "{name}"
+backend: "python"
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+{extra}
+"""
+
+
+def test_model_py_imports_its_neighbours_relatively_and_absolutely(tmp_path, server_factory):
+    # Triton imports model.py as "<version>.model", a module of a package named after the
+    # version folder: `from . import helper` works beside `import helper` (Triton's multi_file).
+    d = write_model(tmp_path, "multi", IDENTITY_CONFIG.format(name="multi", extra=""), '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import helper_abs
+from . import helper_rel
+from .helper_rel import OFFSET
+
+class TritonPythonModel:
+    def initialize(self, args):
+        assert helper_abs.NAME == "abs" and helper_rel.NAME == "rel", "imports"
+        self.package = __name__
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + OFFSET)]) for r in requests]
+''')
+    (d / "1" / "helper_abs.py").write_text('NAME = "abs"\n')
+    (d / "1" / "helper_rel.py").write_text('NAME = "rel"\nOFFSET = 40\n')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "multi"), 30, "ready\n" + srv.log())
+    out = ok(infer(srv, "multi", [make_input("IN", np.array([2], dtype=np.int32), "INT32")]))
+    assert out["OUT"].tolist() == [42]
+
+
+def test_processes_outlive_the_thread_that_loaded_them(tmp_path, server_factory):
+    # Each process's initialize() runs once, and at shutdown every instance's finalize() runs:
+    # the processes must not die with the (short-lived) loading thread that started them, as
+    # PR_SET_PDEATHSIG, which follows the forking thread, made them do.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    for name in ("life_a", "life_b"):
+        write_model(tmp_path / "repo", name, IDENTITY_CONFIG.format(
+            name=name, extra="instance_group [ { count: 2 kind: KIND_CPU } ]"), f'''
+import os, time
+import triton_python_backend_utils as pb_utils
+MARKS = {str(marks)!r}
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = args["model_instance_name"]
+        open(os.path.join(MARKS, "init-" + self.name + "-" + str(os.getpid())), "w").close()
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    def finalize(self):
+        open(os.path.join(MARKS, "fini-" + self.name + "-" + str(os.getpid())), "w").close()
+''')
+    srv = server_factory(tmp_path / "repo")
+    srv.wait_until(lambda: model_ready(srv, "life_a") and model_ready(srv, "life_b"), 60, "ready")
+    for name in ("life_a", "life_b"):
+        for _ in range(4):
+            ok(infer(srv, name, [make_input("IN", np.array([1], dtype=np.int32), "INT32")]))
+    # Give a wrongly tied process time to die with its thread, as the loader's threads end.
+    time.sleep(2)
+    assert srv.stop() == 0
+    inits = sorted(p.name for p in marks.glob("init-*"))
+    finis = sorted(p.name for p in marks.glob("fini-*"))
+    assert len(inits) == 4, (inits, srv.log())
+    assert [f.replace("fini-", "init-") for f in finis] == inits, (inits, finis, srv.log())
+    assert "restarting it" not in srv.log()
+
+
+def test_processes_exit_when_inferd_is_killed(tmp_path, server_factory):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    write_model(tmp_path / "repo", "orphan", IDENTITY_CONFIG.format(name="orphan", extra=""), f'''
+import os
+class TritonPythonModel:
+    def initialize(self, args):
+        open(os.path.join({str(marks)!r}, str(os.getpid())), "w").close()
+    def execute(self, requests):
+        return []
+''')
+    srv = server_factory(tmp_path / "repo")
+    srv.wait_until(lambda: model_ready(srv, "orphan"), 30, "ready")
+    (pid,) = [int(p.name) for p in marks.iterdir()]
+    srv.proc.kill()
+    srv.proc.wait()
+
+    def gone():
+        try:
+            return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except OSError:
+            return True
+    deadline = time.monotonic() + 20
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(), f"the Python process {pid} outlived inferd"
+
+
+def test_bls_outside_execute_and_finalize_errors(tmp_path, server_factory):
+    # Triton's stub refuses BLS in initialize() and finalize() with this message (its QA greps
+    # the server log for it), and logs an exception from finalize().
+    bls_call = '''
+        pb_utils.InferenceRequest(model_name="target", requested_output_names=["OUT"],
+            inputs=[pb_utils.Tensor("IN", np.array([1], dtype=np.int32))]).exec()
+'''
+    body = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pass{init}
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    def finalize(self):
+        pass{fini}
+'''
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""),
+                body.format(init="", fini=""))
+    write_model(tmp_path, "bls_in_init", IDENTITY_CONFIG.format(name="bls_in_init", extra=""),
+                body.format(init=bls_call, fini=""))
+    write_model(tmp_path, "bls_in_fini", IDENTITY_CONFIG.format(name="bls_in_fini", extra=""),
+                body.format(init="", fini=bls_call))
+    write_model(tmp_path, "fini_raises", IDENTITY_CONFIG.format(name="fini_raises", extra=""),
+                body.format(init="", fini="\n        undefined_variable\n"))
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=target",
+                                    "--load-model=bls_in_fini", "--load-model=fini_raises"])
+    srv.wait_until(lambda: model_ready(srv, "bls_in_fini") and model_ready(srv, "fini_raises"),
+                   30, "ready")
+    r = srv.post("/v2/repository/models/bls_in_init/load", json={})
+    assert r.status_code == 400, r.text
+    assert "BLS is only supported during the 'execute' function." in r.json()["error"], r.text
+    for name in ("bls_in_fini", "fini_raises"):
+        t0 = time.monotonic()
+        assert srv.post(f"/v2/repository/models/{name}/unload", json={}).status_code == 200
+        srv.wait_until(lambda: not model_ready(srv, name), 30, f"{name} unloaded")
+    srv.wait_until(lambda: "name 'undefined_variable' is not defined" in srv.log(), 30,
+                   "the finalize() error in the log")
+    log = srv.log()
+    assert "model 'bls_in_fini' instance 'bls_in_fini_0': finalize() failed: " \
+           "BLS is only supported during the 'execute' function." in log, log
+    assert "model 'fini_raises' instance 'fini_raises_0': finalize() failed: NameError: " \
+           "name 'undefined_variable' is not defined" in log, log
+    # The process ended by itself after finalize(): nothing killed it, the unload did not wait.
+    assert "unloaded 'fini_raises' version 1 in 5." not in log, log
+
+
+def test_bls_from_a_forked_process_is_refused_not_hung(tmp_path, server_factory):
+    # Triton's bls QA model sends BLS requests from a multiprocessing Pool. inferd's channel to
+    # the process is strictly in turns: a forked child writing to it hung the instance (and
+    # the server's shutdown). The child now gets an exception; the parent goes on.
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''')
+    write_model(tmp_path, "forker", """name: "forker"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", '''
+import multiprocessing
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def bls(x):
+    r = pb_utils.InferenceRequest(model_name="target", requested_output_names=["OUT"],
+        inputs=[pb_utils.Tensor("IN", np.array([x], dtype=np.int32))]).exec()
+    return int(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0])
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            try:
+                with multiprocessing.get_context("fork").Pool(2) as pool:
+                    text = str(pool.map(bls, [1, 2, 3]))
+            except Exception as e:
+                text = type(e).__name__ + ": " + str(e)
+            text += " | parent: " + str(bls(7))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([text.encode()], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "forker") and model_ready(srv, "target"), 30, "ready")
+    r = infer(srv, "forker", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
+    text = ok(r)["OUT"][0].decode()
+    assert "not available in a process the model forked" in text, text
+    assert text.endswith(" | parent: 7"), text
+
+
+def test_custom_metrics_on_the_metrics_endpoint(tmp_path, server_factory):
+    # pb_utils.MetricFamily / Metric (Triton's custom metrics) show on GET /metrics as Triton
+    # shows them, shared between the instances of a model, and go when the model unloads.
+    write_model(tmp_path, "metered", IDENTITY_CONFIG.format(
+        name="metered", extra="instance_group [ { count: 2 kind: KIND_CPU } ]"), '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def refused(fn):
+    try:
+        fn()
+    except pb_utils.TritonModelException as e:
+        return str(e)
+    return "accepted"
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.requests = pb_utils.MetricFamily(
+            name="metered_requests", description="requests seen", kind=pb_utils.MetricFamily.COUNTER)
+        self.level = pb_utils.MetricFamily(
+            name="metered_level", description="last input", kind=pb_utils.MetricFamily.GAUGE)
+        self.sizes = pb_utils.MetricFamily(
+            name="metered_sizes", description="input values", kind=pb_utils.MetricFamily.HISTOGRAM)
+        # Labels in any order: written in name order, as prometheus-cpp writes them.
+        self.count = self.requests.Metric(labels={"zone": "z1", "app": "demo"})
+        self.gauge = self.level.Metric(labels={"app": "demo"})
+        self.hist = self.sizes.Metric(labels={"app": "demo"}, buckets=[1.0, 2.5, 10.0])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            self.count.increment(1)
+            self.gauge.set(x)
+            self.hist.observe(x)
+            errors = [
+                refused(lambda: self.count.increment(-1)),
+                refused(lambda: self.count.set(3)),
+                refused(lambda: self.gauge.observe(1)),
+                refused(lambda: self.hist.value()),
+                refused(lambda: self.sizes.Metric(labels={}, buckets=[2.0, 1.0])),
+                refused(lambda: self.sizes.Metric(labels={})),
+                refused(lambda: pb_utils.MetricFamily(name="metered_requests", description="x",
+                                                      kind=pb_utils.MetricFamily.GAUGE)),
+            ]
+            ok = all(e != "accepted" for e in errors)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(
+                [int(self.count.value()) if ok else -1], dtype=np.int32))]))
+        return out
+''')
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=metered"])
+    srv.wait_until(lambda: model_ready(srv, "metered"), 30, "ready")
+    for x in (1, 2, 7):
+        out = ok(infer(srv, "metered", [make_input("IN", np.array([x], dtype=np.int32), "INT32")]))
+        assert out["OUT"][0] > 0, "a refused operation was accepted"
+    import requests as http
+    text = http.get(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text
+    for line in [
+        "# HELP metered_requests requests seen",
+        "# TYPE metered_requests counter",
+        # Two instances, one series: each process's objects reach the same one.
+        'metered_requests{app="demo",zone="z1"} 3',
+        "# TYPE metered_level gauge",
+        'metered_level{app="demo"} 7',
+        "# TYPE metered_sizes histogram",
+        'metered_sizes_count{app="demo"} 3',
+        'metered_sizes_sum{app="demo"} 10',
+        'metered_sizes_bucket{app="demo",le="1"} 1',
+        'metered_sizes_bucket{app="demo",le="2.5"} 2',
+        'metered_sizes_bucket{app="demo",le="10"} 3',
+        'metered_sizes_bucket{app="demo",le="+Inf"} 3',
+    ]:
+        assert line + "\n" in text, (line, [l for l in text.splitlines() if "metered" in l])
+    assert srv.post("/v2/repository/models/metered/unload", json={}).status_code == 200
+    srv.wait_until(lambda: "metered_" not in http.get(
+        f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10).text, 30,
+        "the model's metrics to go with it")
+
+
+def test_load_and_unload_models_from_model_py(tmp_path, server_factory):
+    # pb_utils.load_model / unload_model (Triton's bls_model_loading): the server's explicit
+    # load and unload, from initialize() and from execute(), with a config override.
+    write_model(tmp_path, "target", IDENTITY_CONFIG.format(name="target", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''', version=1)
+    (tmp_path / "target" / "2").mkdir()
+    (tmp_path / "target" / "2" / "model.py").write_text((tmp_path / "target" / "1" / "model.py").read_text())
+    write_model(tmp_path, "loader", """name: "loader"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except pb_utils.TritonModelException as e:
+        return "error: " + str(e)
+
+class TritonPythonModel:
+    def initialize(self, args):
+        assert not pb_utils.is_model_ready("target"), "target ready before its load"
+        pb_utils.load_model(model_name="target")
+        assert pb_utils.is_model_ready("target", "2"), "target not ready after its load"
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            step = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            if step == 1:
+                got = [attempt(lambda: pb_utils.unload_model("target"))]
+                got.append(str(pb_utils.is_model_ready("target")))
+            elif step == 2:
+                config = json.dumps({"backend": "python",
+                                     "version_policy": {"specific": {"versions": [1]}}})
+                got = [attempt(lambda: pb_utils.load_model("target", config=config))]
+                got += [str(pb_utils.is_model_ready("target", v)) for v in ("1", "2")]
+            else:
+                got = [attempt(lambda: pb_utils.load_model("no_such_model")),
+                       attempt(lambda: pb_utils.unload_model("loader")),
+                       attempt(lambda: pb_utils.load_model("target", files={"file:1/model.py": b"x"}))]
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([g.encode() for g in got], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path, ["--model-control-mode=explicit", "--load-model=loader"])
+    srv.wait_until(lambda: model_ready(srv, "loader"), 60, "ready\n" + srv.log())
+    assert model_ready(srv, "target")
+
+    def step(n):
+        r = infer(srv, "loader", [make_input("IN", np.array([n], dtype=np.int32), "INT32")])
+        return [v.decode() for v in ok(r)["OUT"]]
+    assert step(1) == ["ok", "False"]
+    assert not model_ready(srv, "target")
+    assert step(2) == ["ok", "True", "False"]
+    errors = step(3)
+    assert errors[0].startswith("error: ") and "no_such_model" in errors[0], errors
+    assert errors[1] == "error: model 'loader' cannot unload itself", errors
+    assert errors[2].startswith("error: ") and "config" in errors[2], errors
+    assert model_ready(srv, "loader")
+
+
+def test_python_based_backend(tmp_path, server_factory):
+    # Triton's Python-based backends (vLLM's is one): <backend dir>/<name>/model.py serves
+    # every model whose config says backend "<name>"; the models hold only their settings.
+    backends = tmp_path / "backends"
+    (backends / "arith").mkdir(parents=True)
+    (backends / "arith" / "model.py").write_text('''
+import json, os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [2]})
+        config.add_input({"name": "B", "data_type": "TYPE_INT32", "dims": [2]})
+        config.add_output({"name": "C", "data_type": "TYPE_INT32", "dims": [2]})
+        return config
+
+    def initialize(self, args):
+        path = os.path.join(args["model_repository"], args["model_version"], "model.json")
+        self.op = json.load(open(path))["operation"]
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "B").as_numpy()
+            c = a + b if self.op == "add" else a - b
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("C", c.astype(np.int32))]))
+        return out
+''')
+    repo = tmp_path / "repo"
+    for name, op in (("adder", "add"), ("subber", "sub")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.json").write_text(json.dumps({"operation": op}))
+        (repo / name / "config.pbtxt").write_text('backend: "arith"\n')
+    srv = server_factory(repo, [f"--backend-directory={backends}"])
+    srv.wait_until(lambda: model_ready(srv, "adder") and model_ready(srv, "subber"), 60,
+                   "ready\n" + srv.log())
+    a, b = np.array([5, 7], dtype=np.int32), np.array([2, 3], dtype=np.int32)
+    ins = [make_input("A", a, "INT32"), make_input("B", b, "INT32")]
+    assert ok(infer(srv, "adder", ins))["C"].tolist() == [7, 10]
+    assert ok(infer(srv, "subber", ins))["C"].tolist() == [3, 4]
+    cfg = srv.get("/v2/models/adder/config").json()
+    assert cfg["backend"] == "arith" and [i["name"] for i in cfg["input"]] == ["A", "B"], cfg
+
+
+def test_response_parameters(tmp_path, server_factory, pb):
+    # InferenceResponse(parameters=...) (Triton's response_parameters models): the response's
+    # "parameters" in HTTP's JSON and gRPC's map, from execute(), a decoupled sender and back
+    # through BLS; other keys and values are refused with Triton's messages.
+    write_model(tmp_path, "rp", """name: "rp"
+backend: "python"
+input [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()
+            params = json.loads(text) if text != "bls" else {}
+            if isinstance(params, dict) and params.pop("int_key", False):
+                params[7] = "x"
+            if text == "bls":
+                b = pb_utils.InferenceRequest(model_name="rp_inner", requested_output_names=["OUT"],
+                    inputs=[pb_utils.Tensor("P", np.array([b'{"via": "bls", "n": -3}'], dtype=np.object_))]).exec()
+                text = b.parameters()
+                params = {"seen": text}
+            try:
+                resp = pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                    np.array([text.encode()], dtype=np.object_))], parameters=params)
+            except pb_utils.TritonModelException as e:
+                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    str(e), pb_utils.TritonError.INVALID_ARG))
+            out.append(resp)
+        return out
+''')
+    write_model(tmp_path, "rp_stream", """name: "rp_stream"
+backend: "python"
+input [ { name: "P" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            for p in json.loads(pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                    np.array([b"x"], dtype=np.object_))], parameters=p))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+''')
+    # The BLS target: the same code under another name (a call to itself would wait for itself).
+    write_model(tmp_path, "rp_inner", (tmp_path / "rp" / "config.pbtxt").read_text().replace(
+        '"rp"', '"rp_inner"'), (tmp_path / "rp" / "1" / "model.py").read_text())
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "rp") and model_ready(srv, "rp_stream") and
+                   model_ready(srv, "rp_inner"), 30, "ready")
+
+    def http(params):
+        text = params if isinstance(params, str) else json.dumps(params)
+        return infer(srv, "rp", [make_input("P", np.array([text], dtype=np.object_), "BYTES")])
+    want = {"flag": True, "count": 1024, "name": "Hello World!"}
+    r = http(want)
+    assert r.status_code == 200 and r.json()["parameters"] == want, r.text
+    assert "parameters" not in http({}).json()
+    # Binary outputs take the same path.
+    r = infer(srv, "rp", [make_input("P", np.array([json.dumps(want)], dtype=np.object_), "BYTES")],
+              outputs=[{"name": "OUT", "parameters": {"binary_data": True}}])
+    hl = int(r.headers["Inference-Header-Content-Length"])
+    assert json.loads(r.content[:hl])["parameters"] == want
+    for bad, msg in [([1], "Expect dict, got <class 'list'>"),
+                     ({"int_key": True}, "Expect parameters keys to have type str, found type <class 'int'>"),
+                     ({"f": 0.5}, "Expect parameters values to have type bool/int/str, found type <class 'float'>"),
+                     ({"n": None}, "found type <class 'NoneType'>")]:
+        r = http(bad)
+        assert r.status_code == 400 and msg in r.json()["error"], (bad, r.text)
+    assert json.loads(http("bls").json()["parameters"]["seen"]) == {"via": "bls", "n": -3}
+
+    import grpc
+    grpc_pb, grpc_stub = pb
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}")
+    stub = grpc_stub.GRPCInferenceServiceStub(channel)
+
+    def grpc_request(model, text):
+        req = grpc_pb.ModelInferRequest(model_name=model)
+        t = req.inputs.add()
+        t.name, t.datatype = "P", "BYTES"
+        t.shape.append(1)
+        t.contents.bytes_contents.append(text.encode())
+        return req
+
+    def params_of(resp):
+        return {k: getattr(v, v.WhichOneof("parameter_choice"))
+                for k, v in resp.parameters.items() if k != "triton_final_response"}
+    assert params_of(stub.ModelInfer(grpc_request("rp", json.dumps(want)))) == want
+    streamed = [{"step": 1, "last": False}, {"step": 2, "last": True}]
+    msgs = list(stub.ModelStreamInfer(iter([grpc_request("rp_stream", json.dumps(streamed))]),
+                                      timeout=30))
+    assert [params_of(m.infer_response) for m in msgs] == streamed, msgs
+    channel.close()
+
+
+def test_request_rescheduling_is_refused_clearly(tmp_path, server_factory):
+    # inferd does not reschedule requests (iterative_sequence is refused at load): a model
+    # asking for it gets an exception naming why, not a silently released request.
+    write_model(tmp_path, "resched", IDENTITY_CONFIG.format(name="resched", extra=""), '''
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+            r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "resched"), 30, "ready")
+    r = infer(srv, "resched", [make_input("IN", np.array([1], dtype=np.int32), "INT32")])
+    assert r.status_code == 500, r.text
+    assert "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by inferd" in r.json()["error"]
+
+
+def test_inference_request_needs_its_arguments(tmp_path, server_factory):
+    # As Triton's binding: model_name, inputs and requested_output_names are required
+    # (TypeError), which Triton's bls QA model checks.
+    write_model(tmp_path, "args_check", IDENTITY_CONFIG.format(name="args_check", extra=""), '''
+import triton_python_backend_utils as pb_utils
+
+def type_error(**kw):
+    try:
+        pb_utils.InferenceRequest(**kw)
+    except TypeError:
+        return 1
+    return 0
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = (type_error(inputs=[], requested_output_names=["OUT"]) +
+             type_error(model_name="m", requested_output_names=["OUT"]) +
+             type_error(model_name="m", inputs=[]))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 0 + n)]) for r in requests]
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "args_check"), 30, "ready")
+    out = ok(infer(srv, "args_check", [make_input("IN", np.array([1], dtype=np.int32), "INT32")]))
+    assert out["OUT"].tolist() == [3]
+
+
+def test_sequence_correlation_id_and_flags_reach_model_py(tmp_path, server_factory):
+    # request.correlation_id() and request.flags() (START 1, END 2) as the sequence batcher
+    # gives them, numeric or string IDs (Triton's sequence_py keeps per-sequence state by them).
+    write_model(tmp_path, "seq", """name: "seq"
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+sequence_batching { max_sequence_idle_microseconds: 10000000 }
+""", '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            cid, flags = r.correlation_id(), r.flags()
+            x = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0][0])
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.totals[cid] = 0
+            self.totals[cid] += x
+            text = json.dumps([cid, flags, self.totals[cid]])
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.totals[cid]
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                np.array([[text.encode()]], dtype=np.object_))]))
+        return out
+''')
+    srv = server_factory(tmp_path)
+    srv.wait_until(lambda: model_ready(srv, "seq"), 30, "ready")
+
+    def step(cid, x, start=False, end=False):
+        r = srv.post("/v2/models/seq/infer", json={
+            "parameters": {"sequence_id": cid, "sequence_start": start, "sequence_end": end},
+            "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [x]}]})
+        assert r.status_code == 200, r.text
+        return json.loads(r.json()["outputs"][0]["data"][0])
+    assert step(41, 5, start=True) == [41, 1, 5]
+    assert step("user-7", 2, start=True) == ["user-7", 1, 2]
+    assert step(41, 6) == [41, 0, 11]
+    assert step("user-7", 3, end=True) == ["user-7", 2, 5]
+    assert step(41, 1, end=True) == [41, 2, 12]

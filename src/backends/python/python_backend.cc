@@ -11,12 +11,16 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "backends/batch_io.h"
 #include "backends/module_backend.h"
@@ -213,11 +217,57 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
   return doc;
 }
 
+// A response's parameters, a JSON object the stub checked (keys str, values bool, int or
+// str, as Triton's stub checks them), onto the response. Other values are skipped.
+void SetResponseParameters(std::string_view json, core::InferResponse* response) {
+  if (json.empty() || json == "{}") return;
+  rapidjson::Document doc;
+  doc.Parse(json.data(), json.size());
+  if (doc.HasParseError() || !doc.IsObject()) return;
+  for (const auto& kv : doc.GetObject()) {
+    core::ResponseParameter p;
+    p.name.assign(kv.name.GetString(), kv.name.GetStringLength());
+    if (kv.value.IsBool()) {
+      p.value = kv.value.GetBool();
+    } else if (kv.value.IsInt64()) {
+      p.value = kv.value.GetInt64();
+    } else if (kv.value.IsString()) {
+      p.value = std::string(kv.value.GetString(), kv.value.GetStringLength());
+    } else {
+      continue;
+    }
+    response->parameters.push_back(std::move(p));
+  }
+}
+
+// The response's parameters as the JSON object text a BLS caller's response.parameters()
+// answers.
+std::string ResponseParametersJson(const core::InferResponse& response) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& p : response.parameters) {
+    w.Key(p.name.data(), static_cast<rapidjson::SizeType>(p.name.size()));
+    if (const bool* b = std::get_if<bool>(&p.value)) {
+      w.Bool(*b);
+    } else if (const int64_t* n = std::get_if<int64_t>(&p.value)) {
+      w.Int64(*n);
+    } else {
+      const std::string& v = std::get<std::string>(p.value);
+      w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+    }
+  }
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 // The per-request path (an execute and its answer) uses compact binary messages instead of
 // JSON; everything else (initialize, BLS, logging, ...) stays JSON. A binary message starts with
 // its kind byte (JSON starts with '{'). Little-endian; strings are a length then the bytes.
 //   execute (to the stub): u8 1, u8 flags (1: decoupled), u16 requests; per request: str16 id,
-//     u64 timeout_us, str32 parameters (JSON object), u16 inputs, u16 outputs, the inputs
+//     u64 timeout_us, str32 parameters (JSON object), u8 sequence flags (1 START, 2 END, 4 the
+//     correlation ID is a string), the correlation ID (str16 or u64), u16 inputs, u16 outputs,
+//     the inputs
 //     (str16 name, u8 datatype (TRITONSERVER_DataType), u8 dims, i64 x dims, u64 offset,
 //     u64 size), the requested output names (str16). An input left on a GPU for model.py
 //     (FORCE_CPU_ONLY_INPUT_TENSORS 'no') has kGpuInputBit set in its datatype byte, its
@@ -228,6 +278,7 @@ absl::StatusOr<rapidjson::Document> ParseMessage(const std::string& text, std::s
 //     execute is sent again with every input in the region.
 //   done (from the stub): u8 2, u8 0, u16 responses; per response: u8 0 (outputs: u16 count,
 //     then tensors as above) or u8 1 (error: u8 TritonError code, str32 message).
+//     A response with parameters is u8 2, str32 parameters (a JSON object), then as u8 0.
 constexpr char kBinExecute = 1;
 constexpr char kBinDone = 2;
 constexpr uint8_t kGpuInputBit = 0x80;
@@ -490,6 +541,17 @@ class PythonInstance : public ModelInstance {
     std::unique_ptr<StubProcess> stub;
     bool exited = false;      // guarded by the instance's mu_
     std::string exit_cause;   // guarded by the instance's mu_
+    // The custom-metric handles this process holds (its pb_utils.MetricFamily and Metric
+    // objects), released when the process is gone: its objects went with it. Only the thread
+    // talking to the process at the time (load, execute, finalize: never two at once) touches
+    // them.
+    metrics::CustomMetrics* custom_metrics = nullptr;
+    std::set<uint64_t> metric_families, metric_series;
+    ~Proc() {
+      if (custom_metrics == nullptr) return;
+      for (uint64_t id : metric_series) custom_metrics->ReleaseMetric(id);
+      for (uint64_t id : metric_families) custom_metrics->ReleaseFamily(id);
+    }
   };
 
   std::shared_ptr<Proc> CurrentProcess() {
@@ -517,11 +579,12 @@ class PythonInstance : public ModelInstance {
     if (!stub.ok()) return stub.status();
     auto proc = std::make_shared<Proc>();
     proc->stub = *std::move(stub);
+    proc->custom_metrics = spec_.custom_metrics;
     {
       inferd::MutexLock lock(&mu_);
       launching_pid_ = proc->stub->pid();
     }
-    absl::Status st = Initialize(proc->stub.get());
+    absl::Status st = Initialize(proc.get());
     {
       inferd::MutexLock lock(&mu_);
       launching_pid_ = -1;
@@ -533,7 +596,8 @@ class PythonInstance : public ModelInstance {
     return proc;
   }
 
-  absl::Status Initialize(StubProcess* stub) {
+  absl::Status Initialize(Proc* proc) {
+    StubProcess* stub = proc->stub.get();
     rapidjson::StringBuffer buf;
     JsonWriter w(buf);
     w.StartObject();
@@ -571,14 +635,150 @@ class PythonInstance : public ModelInstance {
       auto doc = ParseMessage(*reply, label_);
       if (!doc.ok()) return doc.status();
       const std::string_view op = GetString(*doc, "op");
-      if (op == "log") {
-        HandleLog(*doc);
-        continue;
-      }
       if (op == "ok") return absl::OkStatus();
-      return absl::InvalidArgumentError(inferd::StrCat(
-          label_, ": initialize() failed: ", GetString(*doc, "message")));
+      if (op == "error") {
+        return absl::InvalidArgumentError(inferd::StrCat(
+            label_, ": initialize() failed: ", GetString(*doc, "message")));
+      }
+      // initialize() calls into the server as execute() does (log lines, is_model_ready,
+      // load_model, metrics); it has no requests, and BLS is refused in the process.
+      ModelCalls calls;
+      if (absl::Status st = AnswerModelCall(proc, *doc, op, {}, 0, &calls); !st.ok()) {
+        return absl::InternalError(inferd::StrCat(label_, ": initialize() failed: ",
+                                                  st.message()));
+      }
     }
+  }
+
+  // A custom-metric call of the model (pb_utils.MetricFamily / Metric): metric_family,
+  // metric_new, metric_update and metric_value are answered ({"op":"metric"} with "id" or
+  // "value", or {"op":"metric_error","message"}); metric_release (an object the model
+  // deleted) comes on the socket and is not. A process reaches only the handles it made.
+  // A non-OK result: the process could not be answered.
+  absl::Status HandleMetricCall(Proc* proc, const rapidjson::Value& doc, std::string_view op) {
+    metrics::CustomMetrics* m = proc->custom_metrics;
+    auto number = [&](const char* key) -> double {
+      return doc.HasMember(key) && doc[key].IsNumber() ? doc[key].GetDouble() : 0.0;
+    };
+    const auto id = static_cast<uint64_t>(std::max<int64_t>(GetInt(doc, "id", 0), 0));
+    if (op == "metric_release") {
+      if (m == nullptr) return absl::OkStatus();
+      if (proc->metric_series.erase(id) > 0) m->ReleaseMetric(id);
+      if (proc->metric_families.erase(id) > 0) m->ReleaseFamily(id);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<double> result = 0.0;
+    if (m == nullptr) {
+      result = absl::UnimplementedError("custom metrics are not available in this server");
+    } else if (op == "metric_family") {
+      auto family = m->NewFamily(GetString(doc, "name"), GetString(doc, "description"),
+                                 static_cast<int>(GetInt(doc, "kind", -1)));
+      if (family.ok()) proc->metric_families.insert(*family);
+      result = family.ok() ? absl::StatusOr<double>(static_cast<double>(*family)) : family.status();
+    } else if (op == "metric_new") {
+      metrics::Labels labels;
+      if (doc.HasMember("labels") && doc["labels"].IsObject()) {
+        for (const auto& kv : doc["labels"].GetObject()) {
+          labels.emplace_back(kv.name.GetString(),
+                              kv.value.IsString() ? kv.value.GetString() : "");
+        }
+      }
+      std::optional<std::vector<double>> buckets;
+      if (doc.HasMember("buckets") && doc["buckets"].IsArray()) {
+        buckets.emplace();
+        for (const auto& b : doc["buckets"].GetArray()) {
+          buckets->push_back(b.IsNumber() ? b.GetDouble() : std::nan(""));
+        }
+      }
+      absl::StatusOr<uint64_t> metric = absl::NotFoundError("no metric family with that handle");
+      if (proc->metric_families.count(id) > 0) metric = m->NewMetric(id, std::move(labels), std::move(buckets));
+      if (metric.ok()) proc->metric_series.insert(*metric);
+      result = metric.ok() ? absl::StatusOr<double>(static_cast<double>(*metric)) : metric.status();
+    } else if (proc->metric_series.count(id) == 0) {
+      result = absl::NotFoundError("no metric with that handle");
+    } else if (op == "metric_value") {
+      result = m->Value(id);
+    } else if (op == "metric_update") {
+      const std::string_view what = GetString(doc, "what");
+      const double v = number("value");
+      absl::Status st = what == "increment" ? m->Increment(id, v)
+                        : what == "set"     ? m->Set(id, v)
+                        : what == "observe" ? m->Observe(id, v)
+                                            : absl::InvalidArgumentError("unknown metric update");
+      result = st.ok() ? absl::StatusOr<double>(0.0) : st;
+    } else {
+      return absl::InternalError(inferd::StrCat("unexpected message '", op, "'"));
+    }
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    if (result.ok()) {
+      Str(w, "metric");
+      Key(w, op == "metric_value" ? "value" : "id");
+      w.Double(*result);
+    } else {
+      Str(w, "metric_error");
+      Key(w, "message");
+      const absl::string_view message = result.status().message();
+      Str(w, std::string_view(message.data(), message.size()));
+    }
+    w.EndObject();
+    return proc->stub->Send({buf.GetString(), buf.GetSize()});
+  }
+
+  // pb_utils.load_model(name, config, files) / unload_model(name, unload_dependents): the
+  // server's load and unload on this thread; answered {"op":"ok"} or {"op":"error",
+  // "message"}. `files` come base64-encoded ("file:<path>" keys, as the repository API's).
+  absl::Status HandleModelControl(StubProcess* stub, const rapidjson::Value& doc,
+                                  std::string_view op) {
+    const std::string name(GetString(doc, "name"));
+    absl::Status st;
+    if (name == config_.name()) {
+      // Its own load waits for this very call (an unload, for the request in flight).
+      st = absl::InvalidArgumentError(inferd::StrCat(
+          "model '", name, "' cannot ", op == "load_model" ? "load" : "unload", " itself"));
+    } else if (op == "load_model") {
+      std::optional<std::string> config;
+      if (const std::string_view c = GetString(doc, "config"); !c.empty()) config.emplace(c);
+      std::map<std::string, std::string> files;
+      if (doc.HasMember("files") && doc["files"].IsObject()) {
+        for (const auto& kv : doc["files"].GetObject()) {
+          const std::string_view key(kv.name.GetString(), kv.name.GetStringLength());
+          std::string content;
+          if (!key.starts_with("file:") || !kv.value.IsString() ||
+              !absl::Base64Unescape(
+                  absl::string_view(kv.value.GetString(), kv.value.GetStringLength()), &content)) {
+            st = absl::InvalidArgumentError(inferd::StrCat(
+                "load_model('", name, "'): files takes 'file:<path>' keys with bytes, got '",
+                key, "'"));
+            break;
+          }
+          files[std::string(key.substr(5))] = std::move(content);
+        }
+      }
+      if (st.ok()) {
+        st = spec_.load_model ? spec_.load_model(name, config, files)
+                              : absl::UnimplementedError("this server loads no model for model.py");
+      }
+    } else {
+      const bool dependents = doc.HasMember("unload_dependents") &&
+                              doc["unload_dependents"].IsBool() &&
+                              doc["unload_dependents"].GetBool();
+      st = spec_.unload_model ? spec_.unload_model(name, dependents)
+                              : absl::UnimplementedError("this server unloads no model for model.py");
+    }
+    if (st.ok()) return stub->Send(R"({"op":"ok"})");
+    rapidjson::StringBuffer buf;
+    JsonWriter w(buf);
+    w.StartObject();
+    Key(w, "op");
+    Str(w, "error");
+    Key(w, "message");
+    const absl::string_view message = st.message();
+    Str(w, std::string_view(message.data(), message.size()));
+    w.EndObject();
+    return stub->Send({buf.GetString(), buf.GetSize()});
   }
 
   void HandleLog(const rapidjson::Value& doc) {
@@ -718,6 +918,10 @@ class PythonInstance : public ModelInstance {
       for (const auto& o : response->outputs) outs.push_back(&o);
       Key(w, "outputs");
       if (auto st = WriteTensors(stub, outs, w); !st.ok()) return st;
+      if (!response->parameters.empty()) {
+        Key(w, "parameters");
+        Str(w, ResponseParametersJson(*response));
+      }
     }
     w.EndObject();
     return stub->Send({buf.GetString(), buf.GetSize()});
@@ -818,7 +1022,7 @@ class PythonInstance : public ModelInstance {
                                  ", message: ", GetString(doc, "message"))));
         return absl::OkStatus();
       }
-      RETURN_IF_ERROR(AnswerModelCall(stub, doc, op, requests, deadline, &calls));
+      RETURN_IF_ERROR(AnswerModelCall(proc, doc, op, requests, deadline, &calls));
     }
   }
 
@@ -851,6 +1055,15 @@ class PythonInstance : public ModelInstance {
       w.Str16(r->id);
       w.Put<uint64_t>(r->timeout_us);
       w.Str32(r->parameters);
+      // The sequence batcher's correlation ID and START/END flags (request.correlation_id(),
+      // request.flags()).
+      w.Put<uint8_t>(static_cast<uint8_t>((r->sequence_start ? 1 : 0) | (r->sequence_end ? 2 : 0) |
+                                          (r->sequence_id.is_string ? 4 : 0)));
+      if (r->sequence_id.is_string) {
+        w.Str16(r->sequence_id.text);
+      } else {
+        w.Put<uint64_t>(r->sequence_id.number);
+      }
       w.Put<uint16_t>(static_cast<uint16_t>(r->inputs.size()));
       w.Put<uint16_t>(static_cast<uint16_t>(r->outputs.empty() ? config_.output_size()
                                                                : r->outputs.size()));
@@ -1023,11 +1236,16 @@ class PythonInstance : public ModelInstance {
   // Answers a call the model makes into the server while execute() runs: a log line, a
   // readiness or cancellation check, a BLS call, a decoupled response. A non-OK result means
   // the process broke the protocol or went away.
-  absl::Status AnswerModelCall(StubProcess* stub, const rapidjson::Document& doc,
+  absl::Status AnswerModelCall(Proc* proc, const rapidjson::Document& doc,
                                std::string_view op, std::span<core::InferRequest* const> requests,
                                uint64_t deadline, ModelCalls* calls) {
+    StubProcess* stub = proc->stub.get();
     if (op == "log") {
       HandleLog(doc);
+    } else if (op.starts_with("metric_")) {
+      RETURN_IF_ERROR(HandleMetricCall(proc, doc, op));
+    } else if (op == "load_model" || op == "unload_model") {
+      RETURN_IF_ERROR(HandleModelControl(stub, doc, op));
     } else if (op == "is_model_ready") {
       bool ready = false;
       if (spec_.is_model_ready) {
@@ -1113,6 +1331,7 @@ class PythonInstance : public ModelInstance {
       auto tensors = ReadTensors(stub, doc["outputs"]);
       if (!tensors.ok()) return tensors.status();
       AddRequestedOutputs(req, *std::move(tensors), response.get());
+      SetResponseParameters(GetString(doc, "parameters"), response.get());
     }
     absl::Status st = req.response_sender->Send(std::move(response), final);
     if (!st.ok()) {
@@ -1172,6 +1391,7 @@ class PythonInstance : public ModelInstance {
         if (!r.ok()) return absl::InternalError("a truncated response from the Python process");
         continue;
       }
+      if (kind == 2) SetResponseParameters(r.Str32(), &resp);
       const uint16_t n = r.Get<uint16_t>();
       std::vector<TensorDesc> descs;
       descs.reserve(n);
@@ -1258,7 +1478,18 @@ class PythonInstance : public ModelInstance {
         exited = proc->exited;
       }
       if (!exited && proc->stub->Send(R"({"op":"finalize"})").ok()) {
-        (void)proc->stub->Receive(core::NowNs() + kFinalizeTimeoutNs);
+        // The log lines finalize() wrote (its error, as Triton logs it) come before the answer.
+        const uint64_t deadline = core::NowNs() + kFinalizeTimeoutNs;
+        for (;;) {
+          auto reply = proc->stub->Receive(deadline);
+          if (!reply.ok()) break;
+          auto doc = ParseMessage(*reply, label_);
+          if (!doc.ok()) break;
+          const std::string_view op = GetString(*doc, "op");
+          if (op == "ok" || op == "error") break;
+          ModelCalls calls;
+          if (!AnswerModelCall(proc.get(), *doc, op, {}, 0, &calls).ok()) break;
+        }
       }
       inferd::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&proc->exited), absl::Seconds(5));
@@ -1298,7 +1529,11 @@ class PythonInstance : public ModelInstance {
 
 class PythonBackend : public Backend {
  public:
-  explicit PythonBackend(gpu::Runtime* gpus) : gpus_(gpus) {
+  // `backend_file`: a Python-based backend's model.py (Triton's <backend dir>/<name>/model.py),
+  // run for every model with `backend: "<name>"`; empty for the "python" backend, whose
+  // models bring their own.
+  PythonBackend(gpu::Runtime* gpus, std::string name, std::string backend_file)
+      : gpus_(gpus), name_(std::move(name)), backend_file_(std::move(backend_file)) {
     // SageMaker's Triton container names (its serve script turns them into --backend-config).
     ReadSize("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE", &settings_.shm_default_bytes);
     ReadSize("SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE", &settings_.shm_growth_bytes);
@@ -1307,7 +1542,8 @@ class PythonBackend : public Backend {
     }
   }
 
-  std::string_view name() const override { return "python"; }
+  std::string_view name() const override { return name_; }
+  bool AutoCompletesWithoutModelFile() const override { return !backend_file_.empty(); }
   bool CreatesInstancesConcurrently() const override { return true; }
   bool SupportsDecoupled() const override { return true; }
 
@@ -1330,14 +1566,17 @@ class PythonBackend : public Backend {
     return unread;
   }
 
-  absl::Status AutoCompleteConfig(const std::string& model_path,
+  absl::Status AutoCompleteConfig(const std::string& repository_path,
                                   config::ModelConfig* config) override {
+    // A Python-based backend's file stands in for the model's own; the model's folder stays
+    // what the environment and get_model_dir() see.
+    const std::string& model_path = backend_file_.empty() ? repository_path : backend_file_;
     // Starting Python costs ~0.1 s: only when the file defines auto_complete_config.
     std::ifstream in(model_path);
     std::stringstream text;
     text << in.rdbuf();
     if (text.str().find("auto_complete_config") == std::string::npos) return absl::OkStatus();
-    const std::string model_dir = fs::path(model_path).parent_path().parent_path().string();
+    const std::string model_dir = fs::path(repository_path).parent_path().parent_path().string();
     LaunchSpec launch = BaseLaunch(inferd::StrCat("model '", config->name(), "' (auto-complete)"));
     RETURN_IF_ERROR(ResolveEnvironment(*config, model_dir, &launch));
     auto stub = StubProcess::Spawn(launch);
@@ -1350,7 +1589,7 @@ class PythonBackend : public Backend {
     Key(w, "model_path");
     Str(w, model_path);
     Key(w, "model_dir");
-    Str(w, fs::path(model_path).parent_path().string());
+    Str(w, fs::path(repository_path).parent_path().string());
     Key(w, "name");
     Str(w, config->name());
     Key(w, "config");
@@ -1426,14 +1665,16 @@ class PythonBackend : public Backend {
         }
       }
     }
+    ModelSpec own = spec;
+    if (!backend_file_.empty()) own.model_path = backend_file_;
     std::error_code ec;
-    if (!fs::is_regular_file(spec.model_path, ec)) {
-      return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", spec.model_path,
+    if (!fs::is_regular_file(own.model_path, ec)) {
+      return absl::NotFoundError(inferd::StrCat("model '", cfg.name(), "': '", own.model_path,
                                                 "' not found"));
     }
     LaunchSpec launch = BaseLaunch("");
     RETURN_IF_ERROR(ResolveEnvironment(cfg, spec.model_dir, &launch));
-    auto instance = std::make_unique<PythonInstance>(spec, std::move(launch), device, &gpus,
+    auto instance = std::make_unique<PythonInstance>(own, std::move(launch), device, &gpus,
                                                      gpu_inputs, &ipc_warnings_);
     RETURN_IF_ERROR(instance->Start());
     return instance;
@@ -1459,6 +1700,8 @@ class PythonBackend : public Backend {
 
   BackendSettings settings_;  // written by Configure before any load, then read-only
   gpu::Runtime* const gpus_;   // null: gpu::SystemRuntime()
+  const std::string name_;
+  const std::string backend_file_;  // a Python-based backend's model.py; empty: "python"
   IpcFallbackWarnings ipc_warnings_;
 };
 
@@ -1478,7 +1721,11 @@ std::string PythonStubDirectory() {
 }
 
 std::unique_ptr<Backend> MakePythonBackend(gpu::Runtime* gpus) {
-  return std::make_unique<PythonBackend>(gpus);
+  return std::make_unique<PythonBackend>(gpus, "python", "");
+}
+
+std::unique_ptr<Backend> MakePythonBasedBackend(std::string name, std::string model_py) {
+  return std::make_unique<PythonBackend>(nullptr, std::move(name), std::move(model_py));
 }
 
 }  // namespace inferd::backends

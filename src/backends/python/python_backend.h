@@ -19,6 +19,11 @@ namespace inferd::backends {
 // gpu::FakeRuntime.
 std::unique_ptr<Backend> MakePythonBackend(gpu::Runtime* gpus = nullptr);
 
+// Triton's Python-based backend: `model_py` (<backend directory>/<name>/model.py) runs, as
+// a Python backend model.py, for every model whose config says `backend: "<name>"` (vLLM's
+// backend is one). The models' folders hold what that code reads (model.json...).
+std::unique_ptr<Backend> MakePythonBasedBackend(std::string name, std::string model_py);
+
 // Where the stub and triton_python_backend_utils.py are: $INFERD_PYTHON_BACKEND_DIR, else
 // <exe dir>/python_backend, else <exe dir>/../lib/inferd/python_backend, else the source tree.
 std::string PythonStubDirectory();

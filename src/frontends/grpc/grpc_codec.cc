@@ -256,6 +256,16 @@ absl::StatusOr<std::unique_ptr<core::InferRequest>> RequestFromProto(
 void ResponseToProto(const core::InferResponse& response, inference::ModelInferResponse* message) {
   message->set_model_name(response.model_name);
   message->set_model_version(StrCat(response.model_version));
+  for (const auto& p : response.parameters) {
+    inference::InferParameter& param = (*message->mutable_parameters())[p.name];
+    if (const bool* b = std::get_if<bool>(&p.value)) {
+      param.set_bool_param(*b);
+    } else if (const int64_t* n = std::get_if<int64_t>(&p.value)) {
+      param.set_int64_param(*n);
+    } else {
+      param.set_string_param(std::get<std::string>(p.value));
+    }
+  }
   message->set_id(response.id);
   for (const auto& out : response.outputs) {
     auto* o = message->add_outputs();

@@ -1051,6 +1051,7 @@ namespace {
 // goes back as JSON data.
 bool SerializeBinaryOnly(core::InferResponse& response, const OutputEncoding& encoding,
                          HttpResponse* http) {
+  if (!response.parameters.empty()) return false;  // the general writer has them
   for (const auto& out : response.outputs) {
     if (!out.in_shared_memory && !encoding.IsBinary(out.name)) return false;
   }
@@ -1117,6 +1118,22 @@ HttpResponse SerializeInferResponse(core::InferResponse& response,
   if (!response.id.empty()) {
     w.Key("id");
     w.String(response.id.c_str(), response.id.size());
+  }
+  if (!response.parameters.empty()) {
+    w.Key("parameters");
+    w.StartObject();
+    for (const auto& p : response.parameters) {
+      w.Key(p.name.c_str(), static_cast<rapidjson::SizeType>(p.name.size()));
+      if (const bool* b = std::get_if<bool>(&p.value)) {
+        w.Bool(*b);
+      } else if (const int64_t* n = std::get_if<int64_t>(&p.value)) {
+        w.Int64(*n);
+      } else {
+        const std::string& v = std::get<std::string>(p.value);
+        w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
+      }
+    }
+    w.EndObject();
   }
   w.Key("outputs");
   w.StartArray();

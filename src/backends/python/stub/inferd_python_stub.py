@@ -18,12 +18,14 @@ import inspect
 import json
 import mmap
 import os
+import select
 import socket
 import struct
 import sys
 import threading
 import time
 import traceback
+import types
 
 import numpy as np
 
@@ -44,6 +46,8 @@ _I32 = struct.Struct("<i")
 _GPU_INPUT_BIT = 0x80  # in an input's type byte: on a GPU, its CUDA IPC handle follows
 _IPC_HANDLE_BYTES = 64
 _OK = struct.Struct("<BH")
+_PARAMS = struct.Struct("<BI")  # a response with parameters: kind 2, their JSON's length
+_COUNT = struct.Struct("<H")
 _ERR = struct.Struct("<BBI")
 _DIMS = [struct.Struct("<%dq" % n) for n in range(33)]
 _DESC = {}  # (name length, dims) -> the Struct of one output's descriptor
@@ -173,6 +177,32 @@ _U64 = struct.Struct("<Q")
 _RING = (1).to_bytes(8, "little")
 
 
+class _ChannelLock:
+    """The channel's lock (re-entrant). It refuses a process the model forked (a
+    multiprocessing Pool): the channel is this process's own, strictly in turns, and a child
+    writing to it too would break an exchange of its parent and hang both, where Triton's stub
+    lets forked children send BLS requests. The refusal is an exception the model sees."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+
+    def forked(self):
+        return os.getpid() != self._pid
+
+    def __enter__(self):
+        if self.forked():
+            raise pb.TritonModelException(
+                "BLS and other calls to inferd (is_model_ready, is_cancelled, a response "
+                "sender) are not available in a process the model forked (multiprocessing): "
+                "inferd's Python backend serves only the process it started; make the calls "
+                "from that process (threads or asyncio)")
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
 class Channel:
     """Messages to and from inferd (python_stub_process.h): each in a shared-memory slot
     announced by an eventfd doorbell, strictly in turns; log lines, which need no answer, on
@@ -187,7 +217,7 @@ class Channel:
         self._out = _Mapped(int(env["INFERD_PYTHON_SLOT_OUT"]))
         # A decoupled model's threads send responses while execute() may still make calls:
         # each exchange with inferd (message, reply) holds the lock.
-        self.lock = threading.RLock()
+        self.lock = _ChannelLock()
 
     def send(self, obj):
         self.send_raw(json.dumps(obj, separators=(",", ":")).encode())
@@ -228,6 +258,11 @@ class Channel:
 
     # -- calls a model makes -------------------------------------------------------------------
     def log(self, level, message):
+        if self.lock.forked():
+            # A child the model forked has no channel: its log lines go to its stderr, which
+            # is the process's (inferd's log).
+            print(message, file=sys.stderr, flush=True)
+            return
         with self.lock:
             self.send_unanswered({"op": "log", "level": level, "message": message})
 
@@ -235,6 +270,32 @@ class Channel:
         with self.lock:
             self.send({"op": "is_model_ready", "name": name, "version": version})
             return bool(self.recv().get("ready"))
+
+    def model_control(self, msg):
+        """pb_utils.load_model / unload_model: inferd's refusal as a TritonModelException."""
+        with self.lock:
+            self.send(msg)
+            reply = self.recv()
+        if reply.get("op") != "ok":
+            raise pb.TritonModelException(reply.get("message", f"{msg['op']} failed"))
+
+    def metric_call(self, msg):
+        """A custom-metric call (pb_utils.MetricFamily / Metric): the handle made or the value
+        read; inferd's refusal as a TritonModelException."""
+        with self.lock:
+            self.send(msg)
+            reply = self.recv()
+        if reply.get("op") != "metric":
+            raise pb.TritonModelException(reply.get("message", "custom metric call failed"))
+        return reply.get("value", reply.get("id"))
+
+    def metric_release(self, handle):
+        """A MetricFamily or Metric the model deleted: unanswered (it may come from a
+        destructor at any time, even while the process ends)."""
+        if self.lock.forked():
+            return
+        with self.lock:
+            self.send_unanswered({"op": "metric_release", "id": handle})
 
     def send_response(self, index, response, final):
         with self.lock:
@@ -246,6 +307,8 @@ class Channel:
                     msg["code"] = err.code() if hasattr(err, "code") else 1
                 else:
                     msg["outputs"] = self.shm.write(response.output_tensors())
+                    if response._parameters != "{}":
+                        msg["parameters"] = response._parameters
             self.send(msg)
             self.recv()
 
@@ -265,7 +328,7 @@ class Channel:
         wrap, codes = pb.Tensor._wrap_code, pb._CODE_OF_NAME
         return pb.InferenceResponse(
             [wrap(d["name"], self.shm.read(d), codes[d["datatype"]])
-             for d in reply.get("outputs", [])])
+             for d in reply.get("outputs", [])], parameters=reply.get("parameters"))
 
     def bls_exec(self, request):
         with self.lock:
@@ -401,10 +464,21 @@ class Stub:
         path = msg["model_path"]
         pb._model_dir = msg.get("model_dir", "")
         version_dir = os.path.dirname(path)
-        if version_dir not in sys.path:
-            sys.path.append(version_dir)
-        spec = importlib.util.spec_from_file_location("model", path)
+        for d in (version_dir, os.path.dirname(version_dir)):
+            if d not in sys.path:
+                sys.path.append(d)
+        # As Triton's stub, the file is imported as a module of a package named after the
+        # version folder ("1.model"), so that model.py can import its neighbours relatively
+        # (`from . import helper`) as well as absolutely (`import helper`).
+        package = os.path.basename(version_dir)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        pkg = types.ModuleType(package)
+        pkg.__path__ = [version_dir]
+        pkg.__package__ = package
+        sys.modules[package] = pkg
+        spec = importlib.util.spec_from_file_location(f"{package}.{stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
         sys.modules["model"] = module
         spec.loader.exec_module(module)
         if not hasattr(module, "TritonPythonModel"):
@@ -434,6 +508,7 @@ class Stub:
             result = fn(dict(args))
             if inspect.iscoroutine(result):
                 self._run(result)
+        pb._bls_allowed = True
         return {"op": "ok"}
 
     def _run(self, coro):
@@ -486,6 +561,16 @@ class Stub:
             pos += 12
             params = msg[pos:pos + n].decode() if n else "{}"
             pos += n
+            seq = msg[pos]
+            pos += 1
+            if seq & 4:  # a string correlation ID
+                (n,) = u16(msg, pos)
+                pos += 2
+                corr = msg[pos:pos + n].decode()
+                pos += n
+            else:
+                (corr,) = _U64.unpack_from(msg, pos)
+                pos += 8
             n_in, n_out = counts(msg, pos)
             pos += 4
             inputs = []
@@ -514,7 +599,7 @@ class Stub:
                 pos += 2
                 outputs.append(msg[pos:pos + n].decode())
                 pos += n
-            layout.append((rid, timeout, params, inputs, outputs))
+            layout.append((rid, timeout, params, inputs, outputs, corr, seq & 3))
         return flags, layout
 
     def _requests(self, msg):
@@ -532,12 +617,12 @@ class Stub:
         name, version = self.name, self.version
         requests = []
         index = 0
-        for rid, timeout, params, inputs, outputs in layout:
+        for rid, timeout, params, inputs, outputs, corr, seq_flags in layout:
             requests.append(make(
                 rid, [wrap(t, read(off, size, shape, code), code) if gpu is None else
                       self._gpu_input(t, off, size, shape, code, gpu)
                       for t, off, size, shape, code, gpu in inputs],
-                list(outputs), name, version, timeout, params, index))
+                list(outputs), name, version, timeout, params, index, corr, seq_flags))
             index += 1
         return requests, flags
 
@@ -619,7 +704,14 @@ class Stub:
                     append(message)
                     continue
                 outputs = resp._outputs
-                append(_OK.pack(0, len(outputs)))
+                params = resp._parameters
+                if params != "{}":
+                    encoded = params.encode()
+                    append(_PARAMS.pack(2, len(encoded)))
+                    append(encoded)
+                    append(_COUNT.pack(len(outputs)))
+                else:
+                    append(_OK.pack(0, len(outputs)))
                 for t in outputs:
                     payload, code, shape = _payload(t)
                     n = payload.nbytes
@@ -644,24 +736,51 @@ class Stub:
         return b"".join(parts)
 
     def finalize(self):
+        """Runs the model's finalize(); an exception is logged (as Triton logs it), never
+        raised: the process ends either way."""
+        pb._bls_allowed = False
         fn = getattr(self.model, "finalize", None) if self.model is not None else None
-        if fn is not None:
+        if fn is None:
+            return
+        try:
             result = fn()
             if inspect.iscoroutine(result):
                 self._run(result)
+        except Exception as e:
+            tb = traceback.extract_tb(e.__traceback__)
+            where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+            self.channel.log(pb.LogLevel.ERROR,
+                             f"finalize() failed: {_error_message(e)}{where}")
 
 
-def _die_with_parent():
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except Exception:
-        pass
+def _exit_with_parent():
+    """Ends this process when inferd is gone (killed, crashed), as Triton's stub watches its
+    parent. Not PR_SET_PDEATHSIG: that follows the *thread* that started the process, and
+    inferd starts processes from loader threads that end long before the model does (which
+    killed every process, and restarted it, whenever such a thread ended)."""
+    parent = os.getppid()
+
+    def watch():
+        try:
+            fd = os.pidfd_open(parent)
+        except (AttributeError, OSError):
+            fd = -1
+        if fd >= 0 and os.getppid() == parent:
+            # The pidfd turns readable when the process exits: no polling.
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll():
+                pass
+        else:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="inferd-parent-watch", daemon=True).start()
 
 
 def main():
-    _die_with_parent()
+    _exit_with_parent()
     sock = socket.socket(fileno=int(os.environ["INFERD_PYTHON_FD"]))
     shm = SharedRegion(int(os.environ["INFERD_PYTHON_SHM_FD"]),
                        int(os.environ.get("INFERD_PYTHON_SHM_GROWTH", "1048576")))

@@ -6,6 +6,7 @@ numpy arrays; inferd moves their bytes through a shared memory mapping (see infe
 never through pickling.
 """
 
+import base64
 import ctypes
 import glob
 import json
@@ -150,6 +151,38 @@ def get_model_dir():
 
 def is_model_ready(model_name, model_version=""):
     return _channel.is_model_ready(model_name, str(model_version))
+
+
+def load_model(model_name, config="", files=None):
+    """Loads (or reloads) a model through inferd's model repository, as the repository API's
+    load does: `config` a JSON model configuration overriding the repository's, `files`
+    {"file:<path>": bytes} a model folder replacing it (needs `config`). Returns when the
+    load is done; a refusal or failure raises TritonModelException. Needs
+    --model-control-mode=explicit, as Triton's does."""
+    if not isinstance(model_name, str) or not model_name:
+        raise TritonModelException("load_model: model_name must be a non-empty str")
+    if not isinstance(config, str):
+        raise TritonModelException("load_model: config must be a JSON str")
+    encoded = {}
+    for key, content in (files or {}).items():
+        if not isinstance(key, str) or not isinstance(content, (bytes, bytearray)):
+            raise TritonModelException(
+                "load_model: files must map 'file:<path>' (str) to the file's bytes")
+        encoded[key] = base64.b64encode(bytes(content)).decode()
+    if _channel is None:
+        raise TritonModelException("load_model is available only inside inferd")
+    _channel.model_control({"op": "load_model", "name": model_name, "config": config,
+                            "files": encoded})
+
+
+def unload_model(model_name, unload_dependents=False):
+    """Unloads a model through inferd's model repository; returns when it is unloaded."""
+    if not isinstance(model_name, str) or not model_name:
+        raise TritonModelException("unload_model: model_name must be a non-empty str")
+    if _channel is None:
+        raise TritonModelException("unload_model is available only inside inferd")
+    _channel.model_control({"op": "unload_model", "name": model_name,
+                            "unload_dependents": bool(unload_dependents)})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -710,6 +743,27 @@ TRITONSERVER_MEMORY_GPU = 1
 TRITONSERVER_MEMORY_CPU = 0
 
 
+def _parameters_json(parameters):
+    """A request's or response's parameters as the JSON object text parameters() answers,
+    checked as Triton's stub checks them: a dict of str to bool, int or str (a JSON string
+    of such an object is taken too)."""
+    if parameters is None:
+        return "{}"
+    if isinstance(parameters, str):
+        return parameters or "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                "Expect parameters values to have type bool/int/str, found type "
+                f"{type(value)}")
+    return json.dumps(parameters) if parameters else "{}"
+
+
 class InferenceResponse:
     __slots__ = ("_outputs", "_error", "_parameters")
 
@@ -720,8 +774,7 @@ class InferenceResponse:
             raise TritonModelException('"output_tensors" must be a list.')
         self._outputs = output_tensors
         self._error = error
-        self._parameters = "{}" if not parameters else \
-            parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
 
     def output_tensors(self):
         return self._outputs
@@ -741,13 +794,15 @@ class InferenceRequest:
 
     __slots__ = ("_request_id", "_correlation_id", "_inputs", "_requested", "_model_name",
                  "_model_version", "_flags", "_timeout", "_parameters", "_sender", "_index",
-                 "_preferred_memory", "_trace")
+                 "_preferred_memory", "_trace", "_flags_released")
 
     def __init__(self, request_id="", correlation_id=0, inputs=None, requested_output_names=None,
-                 model_name="", model_version=-1, flags=0, timeout=0, preferred_memory=None,
+                 model_name=None, model_version=-1, flags=0, timeout=0, preferred_memory=None,
                  trace=None, parameters=None):
-        if inputs is None or requested_output_names is None:
-            raise TypeError("InferenceRequest needs inputs and requested_output_names")
+        # As Triton's binding: inputs, requested_output_names and model_name are required.
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError("InferenceRequest needs inputs, requested_output_names and "
+                            "model_name")
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
@@ -756,11 +811,7 @@ class InferenceRequest:
         self._model_version = int(model_version)
         self._flags = flags
         self._timeout = int(timeout)
-        if parameters and not isinstance(parameters, (str, dict)):
-            raise TritonModelException("InferenceRequest: parameters must be a dict or a JSON "
-                                       f"string, got {type(parameters).__name__}")
-        self._parameters = "{}" if not parameters else \
-            parameters if isinstance(parameters, str) else json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
         self._sender = None
         self._index = -1  # the position in execute()'s list; -1: a request the model built
         self._preferred_memory = preferred_memory
@@ -768,11 +819,13 @@ class InferenceRequest:
 
     @classmethod
     def _make(cls, request_id, inputs, requested, model_name, model_version, timeout,
-              parameters, index):
+              parameters, index, correlation_id=0, flags=0):
         # The stub's constructor for the requests it hands to execute(): no checks, no copies.
         r = object.__new__(cls)
-        r._request_id, r._correlation_id, r._inputs, r._requested = request_id, 0, inputs, requested
-        r._model_name, r._model_version, r._flags, r._timeout = model_name, model_version, 0, timeout
+        r._request_id, r._correlation_id, r._inputs, r._requested = \
+            request_id, correlation_id, inputs, requested
+        r._model_name, r._model_version, r._flags, r._timeout = \
+            model_name, model_version, flags, timeout
         r._parameters, r._sender, r._index = parameters, None, index
         r._preferred_memory = r._trace = None
         return r
@@ -811,7 +864,14 @@ class InferenceRequest:
         return _channel.is_cancelled(self._index)
 
     def set_release_flags(self, flags):
-        pass
+        """TRITONSERVER_REQUEST_RELEASE_ALL only: inferd does not reschedule requests (Triton
+        does for a sequence_batching.iterative_sequence model, which inferd refuses at load).
+        A refusal here, rather than a request silently released."""
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException(
+                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE is not supported by inferd: it does not "
+                "reschedule requests (sequence_batching.iterative_sequence is refused at load)")
+        self._flags_released = flags
 
     def get_response_sender(self):
         if self._sender is None:
@@ -823,6 +883,7 @@ class InferenceRequest:
     def exec(self, decoupled=False):
         """Runs the request in inferd; decoupled=True: an iterator over the model's responses
         (the last one may be empty: the final flag alone)."""
+        _check_bls_allowed()
         if decoupled:
             return _channel.bls_stream(self)
         return _channel.bls_exec(self)
@@ -830,9 +891,20 @@ class InferenceRequest:
     def async_exec(self, decoupled=False):
         """An awaitable of exec()'s result; decoupled=True: of a response iterator (also
         usable with `async for`)."""
+        _check_bls_allowed()
         if decoupled:
             return _channel.bls_stream_submit(self)
         return _channel.bls_submit(self)
+
+
+# Whether BLS requests may be sent: from the end of initialize() to the start of finalize(),
+# as in Triton, whose stub refuses them in either with the message below.
+_bls_allowed = False
+
+
+def _check_bls_allowed():
+    if not _bls_allowed:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -874,34 +946,123 @@ class Logger:
         Logger.log(message, LogLevel.VERBOSE)
 
 
-# Custom metrics are accepted and recorded locally (inferd does not export them yet).
+# Custom metrics (Triton's pb_utils.MetricFamily / Metric): kept by inferd and shown on its
+# GET /metrics. Same name, same family (the first description stays; another kind is refused);
+# same family and labels, same series. Each object is a handle, released when it is deleted.
+
+
+class _FamilyState:
+    """What a family's Metric objects share with it: whether the family was deleted."""
+    __slots__ = ("handle", "kind", "name", "deleted")
+
+
 class MetricFamily:
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
     def __init__(self, name, description, kind):
-        self.name, self.description, self.kind = name, description, kind
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(
+                f"MetricFamily '{name}': kind must be MetricFamily.COUNTER, GAUGE or "
+                f"HISTOGRAM, got {kind!r}")
+        if _channel is None:
+            raise TritonModelException("custom metrics are available only inside inferd")
+        self._state = _FamilyState()
+        self._state.kind, self._state.name, self._state.deleted = kind, str(name), False
+        self._state.handle = None
+        self._state.handle = int(_channel.metric_call({
+            "op": "metric_family", "name": str(name), "description": str(description),
+            "kind": int(kind)}))
 
     def Metric(self, labels=None, buckets=None):
-        return Metric()
+        """A series of this family with `labels` (a dict of str to str); a histogram needs
+        `buckets`, its upper bounds in increasing order."""
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TritonModelException("Metric: labels must be a dict of str to str")
+        if self._state.kind == MetricFamily.HISTOGRAM:
+            if buckets is None:
+                raise TritonModelException(
+                    f"Metric of histogram family '{self._state.name}': buckets are required")
+            buckets = [float(b) for b in buckets]
+        elif buckets is not None:
+            raise TritonModelException(
+                f"Metric of family '{self._state.name}': only a histogram takes buckets")
+        return Metric._make(self._state, labels, buckets)
+
+    def __del__(self):
+        state = getattr(self, "_state", None)
+        if state is None or state.handle is None:
+            return
+        state.deleted = True
+        try:
+            if _channel is not None:
+                _channel.metric_release(state.handle)
+        except Exception:
+            pass
 
 
 class Metric:
-    def __init__(self):
-        self._value = 0.0
+    """One series of a MetricFamily; made by MetricFamily.Metric(labels, buckets)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TritonModelException("Metric objects are made with MetricFamily.Metric()")
+
+    @classmethod
+    def _make(cls, family_state, labels, buckets):
+        m = object.__new__(cls)
+        m._family = family_state
+        m._handle = None
+        msg = {"op": "metric_new", "id": family_state.handle, "labels": labels}
+        if buckets is not None:
+            msg["buckets"] = buckets
+        m._handle = int(_channel.metric_call(msg))
+        return m
+
+    def _check(self, operation, kinds):
+        if self._family.deleted:
+            raise TritonModelException(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted.")
+        if self._family.kind not in kinds:
+            kind = {0: "counter", 1: "gauge", 2: "histogram"}[self._family.kind]
+            raise TritonModelException(
+                f"{operation}() is not supported on metric '{self._family.name}', a {kind}")
 
     def increment(self, value):
-        self._value += value
+        self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        if self._family.kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException(
+                f"metric '{self._family.name}' is a counter: it cannot be incremented by a "
+                f"negative value ({value})")
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "increment",
+                              "value": float(value)})
 
     def set(self, value):
-        self._value = value
+        self._check("set", (MetricFamily.GAUGE,))
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "set",
+                              "value": float(value)})
 
     def observe(self, value):
-        self._value = value
+        self._check("observe", (MetricFamily.HISTOGRAM,))
+        _channel.metric_call({"op": "metric_update", "id": self._handle, "what": "observe",
+                              "value": float(value)})
 
     def value(self):
-        return self._value
+        self._check("value", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        return float(_channel.metric_call({"op": "metric_value", "id": self._handle}))
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            return
+        try:
+            if _channel is not None:
+                _channel.metric_release(handle)
+        except Exception:
+            pass
 
 
 # ------------------------------------------------------------------------------------------------
