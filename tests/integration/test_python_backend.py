@@ -228,6 +228,12 @@ class TritonPythonModel:
                 raise ValueError("execute blew up on mode 3")
             elif mode == 4:
                 return []
+            elif mode == 5:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "mode 5 exists already", pb_utils.TritonError.ALREADY_EXISTS)))
+            elif mode == 6:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "mode 6 is a mystery", pb_utils.TritonError.UNKNOWN)))
             else:
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mode * 10], dtype=np.int32))]))
         return out
@@ -251,6 +257,9 @@ class TritonPythonModel:
     assert_error(infer(srv, "errs", mode(2)), 500, "plain failure")
     assert_error(infer(srv, "errs", mode(3)), 500, "execute blew up on mode 3", "errs")
     assert_error(infer(srv, "errs", mode(4)), 500, "InferenceResponse")
+    # Triton's HTTP frontend answers 400 for a model's ALREADY_EXISTS and UNKNOWN errors.
+    assert_error(infer(srv, "errs", mode(5)), 400, "mode 5 exists already")
+    assert_error(infer(srv, "errs", mode(6)), 400, "mode 6 is a mystery")
     assert ok(infer(srv, "errs", mode(7)))["OUT"].tolist() == [70]
     assert not model_ready(srv, "bad_init")
     index = srv.post("/v2/repository/index", json={}).json()

@@ -29,6 +29,7 @@
 #include "config/model_files.h"
 #include "backends/python/python_stub_process.h"
 #include "common/archive.h"
+#include "common/http_status_hint.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
@@ -83,9 +84,10 @@ absl::Status StatusFromTritonCode(int64_t code, std::string message) {
     case 3: return absl::InvalidArgumentError(message);
     case 4: return absl::UnavailableError(message);
     case 5: return absl::UnimplementedError(message);
-    case 6: return absl::AlreadyExistsError(message);
+    // Triton's HTTP frontend answers 400 for these two (HttpCodeFromError); gRPC keeps the code.
+    case 6: return WithHttpStatus(absl::AlreadyExistsError(message), 400);
     case 7: return absl::CancelledError(message);
-    case 0: return absl::UnknownError(message);
+    case 0: return WithHttpStatus(absl::UnknownError(message), 400);
     default: return absl::InternalError(message);
   }
 }

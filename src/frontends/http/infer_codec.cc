@@ -1,5 +1,7 @@
 #include "frontends/http/infer_codec.h"
 
+#include "common/http_status_hint.h"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -1189,6 +1191,9 @@ HttpResponse SerializeInferResponse(core::InferResponse& response,
 }
 
 int HttpStatusFromStatus(const absl::Status& status) {
+  if (!status.ok()) {
+    if (std::optional<int> hint = HttpStatusHint(status)) return *hint;
+  }
   switch (status.code()) {
     case absl::StatusCode::kOk: return 200;
     case absl::StatusCode::kInvalidArgument:
