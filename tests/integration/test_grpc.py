@@ -226,8 +226,7 @@ def test_load_unload_over_grpc(server_factory, make_repo, pb):
 
 
 def test_grpc_messages_are_not_bounded_by_the_http_limit(server_factory, make_repo, pb):
-    """tritonserver's gRPC takes messages up to 2 GiB whatever --http-max-input-size says; the
-    HTTP limit still holds for HTTP."""
+    """tritonserver's gRPC takes messages up to 2 GiB whatever --http-max-input-size says."""
     m = pb[0]
     repo = make_repo({"identity_fp32": "identity_fp32"})
     srv = server_factory([repo], ["--http-max-input-size=1048576"])
@@ -244,8 +243,9 @@ def test_grpc_messages_are_not_bounded_by_the_http_limit(server_factory, make_re
     resp = s.ModelInfer(req, timeout=60)
     np.testing.assert_array_equal(np.frombuffer(resp.raw_output_contents[0], np.float32), x.ravel())
     channel.close()
-    r = infer(srv, "identity_fp32", [make_input("INPUT0", x, "FP32", binary=True)])
-    assert r.status_code == 413, r.text[:300]
+    # (The HTTP limit still holds for HTTP: test_errors.py::test_body_over_max_input_size. Not
+    # checked here with `requests`: the server may answer 413 and close while the client is
+    # still sending, which `requests` reports as a connection reset.)
 
 
 def test_full_queue_is_unavailable(server_factory, make_repo, pb):
