@@ -282,6 +282,8 @@ input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] },
     srv = server_factory(repo, ["--exit-on-error=false", "--strict-readiness=false"])
     srv.wait_until(lambda: index(srv).get("no_outputs", {}).get("reason"), 120, "the refusal")
     reason = index(srv)["no_outputs"]["reason"]
+    if "backend 'pytorch' is not available" in reason:
+        pytest.skip("this build has no PyTorch backend (the sanitizer builds)")
     assert "must list at least one output" in reason, reason
 
 
